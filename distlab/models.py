@@ -1,0 +1,57 @@
+"""Small models for the handwritten digits.
+
+Introduced in lesson 01.  Both models are plain ``nn.Sequential`` stacks of named layers,
+so that later lessons (pipeline and tensor parallelism) can cut them into stages with
+ordinary slicing: ``model[:2]`` on one rank, ``model[2:]`` on the next.
+
+``width`` is the knob that changes how much compute each step does per byte of gradient,
+which decides whether distributing pays (lesson "Does distributing pay?").
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+
+def mlp(width: int = 64, depth: int = 2, side: int = 8, classes: int = 10) -> nn.Sequential:
+    """Lesson 01: a multi-layer perceptron, ``depth`` hidden layers of ``width`` units."""
+    layers: list[tuple[str, nn.Module]] = [("flatten", nn.Flatten())]
+    fan_in = side * side
+    for i in range(depth):
+        layers += [(f"fc{i + 1}", nn.Linear(fan_in, width)), (f"relu{i + 1}", nn.ReLU())]
+        fan_in = width
+    layers.append(("out", nn.Linear(fan_in, classes)))
+    return nn.Sequential(OrderedDict(layers))
+
+
+def cnn(width: int = 16, side: int = 8, classes: int = 10) -> nn.Sequential:
+    """Lesson 01: a small convolutional network (two 3x3 convolutions, one pooling)."""
+    pooled = side // 2
+    return nn.Sequential(OrderedDict([
+        ("conv1", nn.Conv2d(1, width, 3, padding=1)), ("relu1", nn.ReLU()),
+        ("conv2", nn.Conv2d(width, 2 * width, 3, padding=1)), ("relu2", nn.ReLU()),
+        ("pool", nn.MaxPool2d(2)), ("flatten", nn.Flatten()),
+        ("out", nn.Linear(2 * width * pooled * pooled, classes)),
+    ]))
+
+
+MODELS = {"mlp": mlp, "cnn": cnn}
+
+
+def build_model(name: str = "mlp", width: int = 64, *, seed: int = 0, side: int = 8,
+                dtype=torch.float32) -> nn.Sequential:
+    """Build a model with weights drawn from ``seed``: the same seed gives the same model."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}")
+    if not isinstance(width, int) or width < 1:
+        raise ValueError(f"width must be a positive integer, got {width!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = MODELS[name](width=width, side=side)
+    return model.to(dtype)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

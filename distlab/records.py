@@ -1,0 +1,67 @@
+"""What a run hands back for teaching: small, plain records that widgets read.
+
+Introduced in lesson 01.  Runs *produce* records (numbers and small tensors recorded on the
+real ranks); widgets only *read* them.  Either side can change without the other, and a
+picture in a lesson is always drawn from something that really happened.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class StepRecord:
+    """One training step on one rank.  Times are ``time.time()`` seconds, comparable across
+    the ranks of one machine.  ``comm_*`` are ``None`` when communication overlaps the
+    backward pass (DistributedDataParallel) and cannot be timed apart from it."""
+
+    step: int
+    loss: float
+    accuracy: float
+    t_start: float
+    t_compute_end: float
+    t_comm_start: float | None
+    t_comm_end: float | None
+    t_end: float
+
+
+@dataclass
+class RankRecord:
+    rank: int
+    world_size: int
+    backend: str
+    method: str
+    device: str
+    config: dict
+    shard: torch.Tensor                       # the sample indices this rank got (epoch 0)
+    steps: list[StepRecord] = field(default_factory=list)
+    # grads[step][layer] = {"local": this rank's gradient, "average": after the all-reduce}
+    grads: dict[int, dict[str, dict[str, torch.Tensor]]] = field(default_factory=dict)
+    params: dict[str, torch.Tensor] = field(default_factory=dict)   # final parameters
+    test_accuracy: float = float("nan")
+    wall_time: float = 0.0                    # seconds from the first step to the last
+
+    @property
+    def losses(self) -> list[float]:
+        return [s.loss for s in self.steps]
+
+    @property
+    def samples_per_second(self) -> float:
+        """Samples this rank processed per second of training (start-up excluded)."""
+        batch = self.config["batch_size"]
+        return batch * len(self.steps) / self.wall_time if self.wall_time > 0 else float("nan")
+
+
+def max_param_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """Largest absolute difference between two sets of parameters with the same names."""
+    if a.keys() != b.keys():
+        raise ValueError(f"different parameter names: {sorted(a)} vs {sorted(b)}")
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+def throughput(records: list[RankRecord]) -> float:
+    """Samples per second of the whole job: all ranks' samples over the slowest rank's time."""
+    total = sum(r.config["batch_size"] * len(r.steps) for r in records)
+    return total / max(r.wall_time for r in records)

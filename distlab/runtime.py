@@ -1,0 +1,173 @@
+"""Inside a worker: who am I, which device is mine, and how do I talk to the others.
+
+Introduced in lesson 01.  Every training function in distlab receives one ``Worker``
+object.  It hides the difference between the two launch backends (torchrun's
+``torch.distributed`` and Horovod) behind four collectives, so the *same* training code
+runs on either:
+
+==================  ==========================================  ====================
+``Worker``          torch.distributed                           Horovod
+==================  ==========================================  ====================
+``all_reduce``      ``dist.all_reduce`` (sum, then divide)      ``hvd.allreduce_``
+``broadcast``       ``dist.broadcast``                          ``hvd.broadcast_``
+``all_gather``      ``dist.all_gather``                         ``hvd.allgather``
+``barrier``         ``dist.barrier``                            ``hvd.barrier``
+==================  ==========================================  ====================
+
+Device policy (``choose_device``): one GPU per rank with NCCL when the machine has at
+least as many GPUs as local ranks; otherwise CPU processes that talk over gloo.  The code
+path is the same; only the device and the communication library change.
+
+Every collective has a timeout (``timeout`` seconds, 60 by default): a rank that never
+arrives makes the others fail with an error instead of waiting forever.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT = 60.0
+
+
+def choose_device(requested: str = "auto", local_world_size: int = 1) -> str:
+    """Lesson 00: pick ``"cuda"`` or ``"cpu"`` for a job of ``local_world_size`` ranks per machine.
+
+    ``"auto"`` uses the GPUs only when there is one for every local rank (sharing a GPU
+    between ranks of one job would hide what the lessons measure).  ``"cuda"`` insists
+    and fails clearly when the GPUs are not there.
+    """
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {requested!r}")
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "cuda" and n_gpus < local_world_size:
+        raise RuntimeError(f"device='cuda' needs one GPU per rank: {local_world_size} ranks asked for, "
+                           f"{n_gpus} GPU(s) visible. Use device='cpu' (or 'auto') to run on CPU "
+                           "processes over gloo.")
+    if requested == "auto":
+        return "cuda" if n_gpus >= local_world_size else "cpu"
+    return requested
+
+
+def comm_library(device: str) -> str:
+    """NCCL between GPUs, gloo between CPU processes."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
+@dataclass
+class Worker:
+    """What a training function needs to know about itself and its peers (lesson 01)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str                  # "torchrun" or "horovod"
+    device: torch.device
+    timeout: float = DEFAULT_TIMEOUT
+    run_dir: str | None = None    # where progress lines go (set by the launcher)
+    _hvd: object = field(default=None, repr=False)
+    _last_progress: float = field(default=0.0, repr=False)
+
+    # -- the collectives -------------------------------------------------------------
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Combine ``tensor`` across all ranks in place; ``op`` is ``"sum"`` or ``"avg"``."""
+        if op not in ("sum", "avg"):
+            raise ValueError(f"op must be 'sum' or 'avg', got {op!r}")
+        if self._hvd is not None:
+            hvd = self._hvd
+            hvd.allreduce_(tensor, op=hvd.Sum if op == "sum" else hvd.Average)
+            return tensor
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)   # gloo has no AVG: sum, then divide
+        if op == "avg":
+            tensor.div_(self.world_size)
+        return tensor
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Overwrite ``tensor`` on every rank with rank ``src``'s copy."""
+        if self._hvd is not None:
+            self._hvd.broadcast_(tensor, root_rank=src)
+        else:
+            dist.broadcast(tensor, src=src)
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's ``tensor`` (same shape on every rank), in rank order."""
+        if self._hvd is not None:
+            return list(self._hvd.allgather(tensor.unsqueeze(0)).unbind(0))
+        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(out, tensor)
+        return out
+
+    def barrier(self) -> None:
+        """Wait until every rank has arrived here."""
+        if self._hvd is not None:
+            self._hvd.barrier()
+        else:
+            dist.barrier()
+
+    # -- talking to the launcher -----------------------------------------------------------
+    def progress(self, step: int, total: int, force: bool = False, **metrics) -> None:
+        """Stream progress to the notebook or terminal that launched the job.
+
+        One JSON line per call in ``run_dir/progress_<rank>.jsonl``, at most ten a second
+        (the launcher reads these files; workers never print into the notebook).
+        """
+        if self.run_dir is None:
+            return
+        now = time.time()
+        if not force and step < total and now - self._last_progress < 0.1:
+            return
+        self._last_progress = now
+        line = {"rank": self.rank, "step": step, "total": total, "time": now}
+        line.update({k: float(v) for k, v in metrics.items()})
+        with open(os.path.join(self.run_dir, f"progress_{self.rank}.jsonl"), "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def start_worker(backend: str, device: str = "auto", timeout: float = DEFAULT_TIMEOUT,
+                 run_dir: str | None = None) -> Worker:
+    """Join the job: called once at the start of every worker process.
+
+    torchrun passes RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT in the
+    environment; Horovod knows them after ``hvd.init()``.
+    """
+    if backend == "torchrun":
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        dev = choose_device(device, local_world)
+        if dev == "cuda":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(comm_library(dev), timeout=timedelta(seconds=timeout))
+        return Worker(rank, world, local_rank, backend, _torch_device(dev, local_rank),
+                      timeout, run_dir)
+    if backend == "horovod":
+        import horovod.torch as hvd
+        hvd.init()
+        dev = choose_device(device, hvd.local_size())
+        if dev == "cuda":
+            torch.cuda.set_device(hvd.local_rank())
+        return Worker(hvd.rank(), hvd.size(), hvd.local_rank(), backend,
+                      _torch_device(dev, hvd.local_rank()), timeout, run_dir, _hvd=hvd)
+    raise ValueError(f"unknown backend {backend!r}; choose 'torchrun' or 'horovod'")
+
+
+def stop_worker(worker: Worker) -> None:
+    """Leave the job cleanly (destroy the process group / shut Horovod down)."""
+    if worker._hvd is not None:
+        worker._hvd.shutdown()
+    elif dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _torch_device(dev: str, local_rank: int) -> torch.device:
+    return torch.device("cuda", local_rank) if dev == "cuda" else torch.device("cpu")

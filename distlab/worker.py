@@ -1,0 +1,77 @@
+"""The program every worker process runs: ``python -m distlab.worker RUN_DIR``.
+
+Introduced in lesson 01.  The launcher (``distlab.launch``) writes the job, a training
+function plus its arguments, into ``RUN_DIR/job.pkl`` and starts N copies of this module
+through torchrun (or Horovod).  Each copy:
+
+1. joins the job (``start_worker``: rank, world size, device, process group);
+2. calls the training function with its ``Worker`` object;
+3. saves what the function returned, its *record*, as ``record_<rank>.pt``;
+4. on an exception, saves the traceback as ``error_<rank>.json`` and exits non-zero, so
+   that the launcher can say which rank failed and why.
+
+The function travels by *reference* (module and name), which is why it must live in an
+importable module and not in a notebook cell.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import time
+import traceback
+
+
+def save_atomically(obj, path: str) -> None:
+    """Write with torch.save to a temporary name, then rename: readers never see half a file."""
+    import torch
+
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def run_job(run_dir: str, backend: str):
+    """Run this process's part of the job in ``run_dir``; return the record."""
+    import torch
+
+    from .runtime import start_worker, stop_worker
+
+    with open(os.path.join(run_dir, "job.pkl"), "rb") as f:
+        job = pickle.load(f)
+    rank_hint = os.environ.get("RANK", "?")
+    with open(os.path.join(run_dir, f"pid_{rank_hint}"), "w") as f:
+        f.write(str(os.getpid()))
+    torch.set_num_threads(job["threads"])
+    worker = None
+    try:
+        worker = start_worker(backend, job["device"], job["timeout"], run_dir)
+        record = job["fn"](worker, **job["kwargs"])
+        save_atomically(record, os.path.join(run_dir, f"record_{worker.rank}.pt"))
+        return record
+    except BaseException as err:
+        rank = worker.rank if worker is not None else rank_hint
+        with open(os.path.join(run_dir, f"error_{rank}.json"), "w") as f:
+            json.dump({"rank": rank, "time": time.time(), "type": type(err).__name__,
+                       "message": str(err), "traceback": traceback.format_exc()}, f)
+        raise
+    finally:
+        if worker is not None:
+            try:
+                stop_worker(worker)
+            except Exception:  # a broken peer must not hide the original error
+                pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m distlab.worker RUN_DIR", file=sys.stderr)
+        return 2
+    run_job(argv[0], backend="torchrun")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Create .venv and install everything distlab needs.
+#   tools/setup.sh lab    what a learner needs (JupyterLab, the library, Horovod if it builds)
+#   tools/setup.sh test   the above plus pytest, nbval, Playwright and Debian's chromium
+# Safe to run again: each step is skipped when already done.
+set -euo pipefail
+WHAT=${1:-lab}
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+PY=.venv/bin/python
+"$PY" -m pip install -q --upgrade pip
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "setup: GPU found, installing the default (CUDA) torch build"
+    "$PY" -m pip install -q "torch>=2.3"
+  else
+    # CPU machine: pin the CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
+    echo "setup: no GPU, installing torch==2.13.0 (CPU)"
+    "$PY" -m pip install -q torch==2.13.0
+  fi
+fi
+if [ "$WHAT" = test ]; then EXTRAS="lab,test"; else EXTRAS="lab"; fi
+"$PY" -m pip install -q -e ".[$EXTRAS]"
+"$PY" -m ipykernel install --sys-prefix --name python3 >/dev/null
+# Horovod: required in this repository's own set-up and CI; optional for a learner.
+if [ "$WHAT" = test ]; then
+  tools/install_horovod.sh "$PY"
+else
+  tools/install_horovod.sh "$PY" || echo "setup: Horovod is not available; every other lesson works without it."
+fi
+if [ "$WHAT" = test ]; then
+  if [ ! -x /usr/bin/chromium ]; then
+    echo "setup: installing Debian's chromium for the browser tests"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
+echo "setup: done ($WHAT)"
