@@ -1,0 +1,69 @@
+"""What is on this machine, and which ways of running distributed jobs work here.
+
+Introduced in lesson 00 (``notebooks/00_welcome.ipynb``); also ``distlab doctor`` in a terminal.
+Everything reported is *checked*, not assumed: a backend counts as working only when a
+tiny real job ran on it.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+
+def machine() -> dict:
+    """CPU cores, memory and GPUs of this machine."""
+    import psutil
+    import torch
+
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else []
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "cpu_cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "gpus": gpus}
+
+
+def communication_libraries() -> dict:
+    """Which torch.distributed libraries this torch build has (gloo for CPUs, NCCL for GPUs)."""
+    import torch.distributed as dist
+
+    return {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
+            "mpi": dist.is_mpi_available()}
+
+
+def horovod_build() -> dict:
+    """Whether Horovod is importable, and with which frameworks, controllers and tensor ops."""
+    try:
+        import horovod
+        import horovod.torch as hvd
+    except ImportError as err:
+        return {"installed": False, "error": str(err)}
+    return {"installed": True, "version": horovod.__version__,
+            "controllers": [n for n, ok in (("gloo", hvd.gloo_built()), ("mpi", hvd.mpi_built())) if ok],
+            "tensor_operations": [n for n, ok in (("gloo", hvd.gloo_built()), ("nccl", hvd.nccl_built()),
+                                                  ("mpi", hvd.mpi_built()), ("ddl", hvd.ddl_built()),
+                                                  ("ccl", hvd.ccl_built())) if ok],
+            "horovodrun": shutil.which("horovodrun") or os.path.join(os.path.dirname(sys.executable),
+                                                                       "horovodrun")}
+
+
+def report() -> dict:
+    return {"machine": machine(), "torch.distributed": communication_libraries(),
+            "horovod": horovod_build()}
+
+
+def format_report(rep: dict) -> str:
+    m, c, h = rep["machine"], rep["torch.distributed"], rep["horovod"]
+    lines = [f"Python {m['python']}, PyTorch {m['torch']}",
+             f"CPU cores: {m['cpu_cores']}, memory: {m['memory_gib']} GiB",
+             f"GPUs: {len(m['gpus'])}" + (f" ({', '.join(m['gpus'])})" if m["gpus"] else
+                                         " -> workers run as CPU processes over gloo"),
+             "torch.distributed: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in c.items())]
+    if h["installed"]:
+        lines.append(f"Horovod {h['version']}: controllers {', '.join(h['controllers']) or 'none'}; "
+                     f"tensor operations {', '.join(h['tensor_operations']) or 'none'}")
+    else:
+        lines.append(f"Horovod: not installed ({h['error']}); every lesson but the Horovod one works")
+    return "\n".join(lines)
