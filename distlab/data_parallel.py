@@ -46,8 +46,9 @@ def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: i
 
 def validate_args(world_size: int, *, method: str = "by_hand", model: str = "mlp", width: int = 64,
                   batch_size: int | None = None, global_batch_size: int | None = None,
-                  steps: int = 50, dtype: str = "float32", **_) -> int:
+                  steps: int = 50, dtype: str = "float32", straggler=None, **_) -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
+    check_straggler(straggler, world_size)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
     if model not in MODELS:
@@ -65,19 +66,38 @@ def validate_args(world_size: int, *, method: str = "by_hand", model: str = "mlp
     return b
 
 
+def check_straggler(straggler, world_size: int) -> None:
+    """Lesson 04: ``straggler`` is ``None`` or ``(rank, seconds)``: that rank computes slower."""
+    if straggler is None:
+        return
+    if (not isinstance(straggler, (tuple, list)) or len(straggler) != 2
+            or isinstance(straggler[0], bool) or not isinstance(straggler[0], int)
+            or isinstance(straggler[1], bool) or not isinstance(straggler[1], (int, float))):
+        raise ValueError(f"straggler must be (rank, seconds), e.g. (1, 0.05), got {straggler!r}")
+    rank, delay = straggler
+    if not 0 <= rank < world_size:
+        raise ValueError(f"straggler rank {rank} is outside 0..{world_size - 1}")
+    if not 0 <= delay <= 10:
+        raise ValueError(f"straggler delay must be between 0 and 10 seconds, got {delay!r}")
+
+
 def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 64,
           batch_size: int | None = None, global_batch_size: int | None = None, steps: int = 50,
           lr: float = 0.1, seed: int = 0, record_grads_at=(0,), record_layers=None,
-          dtype: str = "float32") -> RankRecord:
+          dtype: str = "float32", straggler: tuple[int, float] | None = None) -> RankRecord:
     """Lesson 01: train on this rank's shard, averaging gradients with the other ranks.
 
     Returns this rank's ``RankRecord``: loss and accuracy per step, the shard, timings, the
     local and averaged gradients at the steps in ``record_grads_at``, and the final
     parameters.
+
+    ``straggler=(rank, seconds)`` (lesson 04) makes that rank sleep ``seconds`` inside the
+    compute phase of every step, as a slower machine would: the others wait for it at
+    every all-reduce.
     """
     b = validate_args(worker.world_size, method=method, model=model, width=width,
                       batch_size=batch_size, global_batch_size=global_batch_size,
-                      steps=steps, dtype=dtype)
+                      steps=steps, dtype=dtype, straggler=straggler)
     data = load_digits(dtype=DTYPES[dtype])
     x_all, y_all = data.x_train.to(worker.device), data.y_train.to(worker.device)
     net = build_model(model, width, seed=seed, dtype=DTYPES[dtype]).to(worker.device)
@@ -102,7 +122,7 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
 
     record = RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device),
                         config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr,
-                                    seed=seed, dtype=dtype),
+                                    seed=seed, dtype=dtype, straggler=straggler),
                         shard=shard_indices(data.n_train, worker.rank, worker.world_size, seed=seed))
     t_first = time.time()
     for step in range(steps):
@@ -115,6 +135,8 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
         loss = F.cross_entropy(out, y)
         opt.zero_grad(set_to_none=False)
         loss.backward()        # with DDP (and Horovod's optimizer) the averaging starts in here
+        if straggler is not None and worker.rank == straggler[0]:
+            time.sleep(straggler[1])   # lesson 04: a slower machine, seen as longer compute
         t1 = time.time()
         t_comm = None
         if method == "by_hand":
