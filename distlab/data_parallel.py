@@ -46,8 +46,11 @@ def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: i
 
 def validate_args(world_size: int, *, method: str = "by_hand", model: str = "mlp", width: int = 64,
                   batch_size: int | None = None, global_batch_size: int | None = None,
-                  steps: int = 50, dtype: str = "float32", straggler=None, **_) -> int:
+                  steps: int = 50, dtype: str = "float32", straggler=None, warmup_steps: int = 0,
+                  **_) -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
     check_straggler(straggler, world_size)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
@@ -81,10 +84,24 @@ def check_straggler(straggler, world_size: int) -> None:
         raise ValueError(f"straggler delay must be between 0 and 10 seconds, got {delay!r}")
 
 
+def warmup_lr(lr: float, step: int, warmup_steps: int, world_size: int) -> float:
+    """Lesson 05: the learning rate at ``step`` with a linear warm-up (Goyal et al., 2017).
+
+    N ranks averaging gradients take the steps of one process at N times the batch; the
+    *linear scaling rule* multiplies the learning rate by N to match.  Early in training a
+    step that large can overshoot, so the rate starts at ``lr / world_size`` (the
+    single-worker rate) and grows linearly to ``lr`` over ``warmup_steps`` steps.
+    """
+    if step >= warmup_steps:
+        return lr
+    return lr * (1 / world_size + (1 - 1 / world_size) * step / warmup_steps)
+
+
 def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 64,
           batch_size: int | None = None, global_batch_size: int | None = None, steps: int = 50,
           lr: float = 0.1, seed: int = 0, record_grads_at=(0,), record_layers=None,
-          dtype: str = "float32", straggler: tuple[int, float] | None = None) -> RankRecord:
+          dtype: str = "float32", straggler: tuple[int, float] | None = None,
+          warmup_steps: int = 0) -> RankRecord:
     """Lesson 01: train on this rank's shard, averaging gradients with the other ranks.
 
     Returns this rank's ``RankRecord``: loss and accuracy per step, the shard, timings, the
@@ -93,11 +110,11 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
 
     ``straggler=(rank, seconds)`` (lesson 04) makes that rank sleep ``seconds`` inside the
     compute phase of every step, as a slower machine would: the others wait for it at
-    every all-reduce.
+    every all-reduce.  ``warmup_steps`` (lesson 05) ramps the learning rate up (``warmup_lr``).
     """
     b = validate_args(worker.world_size, method=method, model=model, width=width,
                       batch_size=batch_size, global_batch_size=global_batch_size,
-                      steps=steps, dtype=dtype, straggler=straggler)
+                      steps=steps, dtype=dtype, straggler=straggler, warmup_steps=warmup_steps)
     data = load_digits(dtype=DTYPES[dtype])
     x_all, y_all = data.x_train.to(worker.device), data.y_train.to(worker.device)
     net = build_model(model, width, seed=seed, dtype=DTYPES[dtype]).to(worker.device)
@@ -122,7 +139,8 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
 
     record = RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device),
                         config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr,
-                                    seed=seed, dtype=dtype, straggler=straggler),
+                                    seed=seed, dtype=dtype, straggler=straggler,
+                                    warmup_steps=warmup_steps),
                         shard=shard_indices(data.n_train, worker.rank, worker.world_size, seed=seed))
     t_first = time.time()
     for step in range(steps):
@@ -146,6 +164,8 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
             for p in net.parameters():      # the naive way: one all-reduce per parameter tensor
                 worker.all_reduce(p.grad, op="avg")
             t_comm = (t_comm, time.time())
+        for group in opt.param_groups:
+            group["lr"] = warmup_lr(lr, step, warmup_steps, worker.world_size)
         opt.step()             # Horovod's DistributedOptimizer waits for its all-reduces here
         t2 = time.time()
         if wanted:
@@ -189,7 +209,8 @@ def evaluate(net, x, y) -> float:
 def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
                  batch_size: int | None = None, global_batch_size: int | None = None,
                  steps: int = 50, lr: float = 0.1, seed: int = 0, record_grads_at=(0,),
-                 record_layers=None, dtype: str = "float32", device: str = "cpu") -> RankRecord:
+                 record_layers=None, dtype: str = "float32", device: str = "cpu",
+                 warmup_steps: int = 0) -> RankRecord:
     """Lesson 01: the reference, one process at the global batch that ``world_size`` ranks share.
 
     Runs in the calling process.  At every step it takes exactly the union of the ranks'
@@ -197,14 +218,16 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
     ``grads[step][layer]["local"]`` holds the big-batch gradient.
     """
     b = validate_args(world_size, model=model, width=width, batch_size=batch_size,
-                      global_batch_size=global_batch_size, steps=steps, dtype=dtype)
+                      global_batch_size=global_batch_size, steps=steps, dtype=dtype,
+                      warmup_steps=warmup_steps)
     data = load_digits(dtype=DTYPES[dtype])
     net = build_model(model, width, seed=seed, dtype=DTYPES[dtype]).to(device)
     layers = [n for n, _ in net.named_parameters()] if record_layers is None else list(record_layers)
     opt = torch.optim.SGD(net.parameters(), lr=lr)
     record = RankRecord(0, 1, "single", "single", device,
                         config=dict(model=model, width=width, batch_size=b * world_size, steps=steps,
-                                    lr=lr, seed=seed, dtype=dtype, mimics_world_size=world_size),
+                                    lr=lr, seed=seed, dtype=dtype, mimics_world_size=world_size,
+                                    warmup_steps=warmup_steps),
                         shard=torch.arange(data.n_train))
     t_first = time.time()
     for step in range(steps):
@@ -220,6 +243,8 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
             record.grads[step] = {n: {"local": p.grad.detach().cpu().clone(),
                                       "average": p.grad.detach().cpu().clone()}
                                   for n, p in net.named_parameters() if n in layers}
+        for group in opt.param_groups:
+            group["lr"] = warmup_lr(lr, step, warmup_steps, world_size)
         opt.step()
         acc = (out.argmax(1) == y).double().mean().item()
         record.steps.append(StepRecord(step, loss.item(), acc, t0, t1, None, None, time.time()))
