@@ -18,6 +18,7 @@ the widgets is what real PyTorch jobs do:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -104,8 +105,9 @@ def shard_indices(n: int, rank: int, world_size: int, *, shuffle: bool = True,
     return order[rank::world_size]
 
 
+@functools.lru_cache(maxsize=16)   # called every step; the order only changes once an epoch
 def _epoch_order(n: int, world_size: int, shuffle: bool, seed: int, epoch: int) -> torch.Tensor:
-    """All indices of one epoch, shuffled and padded to a multiple of ``world_size``."""
+    """All indices of one epoch, shuffled and padded to a multiple of ``world_size`` (read-only)."""
     if shuffle:
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
     else:

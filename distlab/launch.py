@@ -287,8 +287,11 @@ def _failure(run_dir: str, world_size: int, proc) -> WorkerError:
     log = proc.log()
     errors = []
     for path in glob.glob(os.path.join(run_dir, "error_*.json")):
-        with open(path) as f:
-            errors.append(json.load(f))
+        try:
+            with open(path) as f:
+                errors.append(json.load(f))
+        except (OSError, ValueError):     # a rank stopped while writing it
+            pass
     exits = {int(r): int(c) for r, c in _FAILURE.findall(log)}
     for rank, code in sorted(exits.items()):
         if code < 0 and code != -signal.SIGTERM and not any(e["rank"] == rank for e in errors):

@@ -52,9 +52,11 @@ def run_job(run_dir: str, backend: str):
         return record
     except BaseException as err:
         rank = worker.rank if worker is not None else rank_hint
-        with open(os.path.join(run_dir, f"error_{rank}.json"), "w") as f:
+        path = os.path.join(run_dir, f"error_{rank}.json")
+        with open(f"{path}.tmp", "w") as f:       # then renamed: never read half-written
             json.dump({"rank": rank, "time": time.time(), "type": type(err).__name__,
                        "message": str(err), "traceback": traceback.format_exc()}, f)
+        os.replace(f"{path}.tmp", path)
         raise
     finally:
         if worker is not None:

@@ -1,0 +1,146 @@
+"""The launcher: real processes, records back, clear errors, and nothing left running."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import distlab
+from conftest import ROOT, alive, read_pids
+from distlab import data_parallel as dp
+import workers
+
+
+def test_every_rank_runs_and_returns_its_record(pid_dir):
+    recs = distlab.launch(workers.echo, world_size=3, value=7, pid_dir=pid_dir, progress="none", threads=1)
+    assert [r["rank"] for r in recs] == [0, 1, 2]
+    assert all(r["world_size"] == 3 and r["value"] == 7 and r["backend"] == "torchrun" for r in recs)
+    assert all(r["sum"] == 6.0 and r["bcast"] == 2.0 for r in recs)      # 1+2+3; rank 2's value
+    assert all(r["device"] == "cpu" and r["threads"] == 1 for r in recs)
+    assert len({r["pid"] for r in recs}) == 3 and os.getpid() not in {r["pid"] for r in recs}
+    assert alive(read_pids(pid_dir)) == []
+
+
+def test_terminal_progress_is_printed(capsys):
+    distlab.launch(workers.echo, world_size=2, progress="text")
+    out = capsys.readouterr().out
+    assert "echo on 2 cpu rank(s) via torchrun" in out and "done" in out
+
+
+def _children():
+    import psutil
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback(pid_dir):
+    before = _children()
+    with pytest.raises(distlab.WorkerError) as info:
+        distlab.launch(workers.raise_on_rank, world_size=3, bad_rank=2, pid_dir=pid_dir, progress="none")
+    err = info.value
+    assert err.rank == 2
+    assert "rank 2 failed" in str(err) and "deliberate failure on rank 2" in str(err)
+    assert "Traceback" in str(err) and "workers.py" in err.remote_traceback
+    assert len(read_pids(pid_dir)) == 3 and alive(read_pids(pid_dir)) == []
+    assert _children() - before == set()
+
+
+def test_a_rank_killed_by_a_signal_is_named(pid_dir):
+    before = _children()
+    t0 = time.time()
+    with pytest.raises(distlab.WorkerError, match="rank 1 failed: it was killed by SIGKILL") as info:
+        distlab.launch(workers.kill_on_rank, world_size=2, bad_rank=1, pid_dir=pid_dir, progress="none")
+    assert info.value.rank == 1
+    assert time.time() - t0 < 60          # not the 60 s collective timeout: torchrun stops the rest
+    assert alive(read_pids(pid_dir)) == []
+    assert _children() - before == set()
+
+
+def test_a_missing_peer_ends_in_a_timeout_not_a_hang(pid_dir):
+    with pytest.raises(distlab.WorkerError) as info:
+        distlab.launch(workers.skip_collective, world_size=2, timeout=3, pid_dir=pid_dir, progress="none")
+    assert info.value.rank == 0           # rank 0 gave up waiting for rank 1
+    assert alive(read_pids(pid_dir)) == []
+
+
+def test_interrupt_stops_every_worker(tmp_path, pid_dir):
+    """Ctrl-C (a notebook's "interrupt kernel") while training stops every process within seconds."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys; sys.path.insert(0, %r)\n"
+        "import distlab, workers\n"
+        "try:\n"
+        "    distlab.launch(workers.run_forever, world_size=2, pid_dir=%r, progress='text')\n"
+        "except KeyboardInterrupt as e:\n"
+        "    print('INTERRUPTED:', e, flush=True); sys.exit(3)\n" % (os.path.join(ROOT, "tests"), pid_dir))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=ROOT)
+    deadline = time.time() + 60
+    while len(os.listdir(pid_dir)) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    pids = read_pids(pid_dir)
+    assert len(pids) == 2 and len(alive(pids)) == 2
+    time.sleep(1.0)
+    t0 = time.time()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    stopped_in = time.time() - t0
+    assert proc.returncode == 3, out
+    assert "INTERRUPTED: interrupted: all 2 workers were stopped" in out
+    assert alive(pids) == []
+    assert stopped_in < 15
+
+
+# ---- bad input: a clear error before any process starts -------------------------------------
+def not_importable_fn(worker):
+    return 0
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(world_size=0), ValueError, "world_size must be an integer >= 1"),
+    (dict(world_size=2.5), ValueError, "world_size must be an integer"),
+    (dict(world_size=5000), ValueError, "larger than the training set"),
+    (dict(world_size=3, global_batch_size=64), ValueError, "does not divide among 3 ranks"),
+    (dict(world_size=2, batch_size=0), ValueError, "batch_size must be a positive integer"),
+    (dict(world_size=2, batch_size=2000), ValueError, "larger than each rank's shard"),
+    (dict(world_size=2, backend="mpi"), ValueError, "unknown backend 'mpi'"),
+    (dict(world_size=2, method="magic"), ValueError, "unknown method"),
+    (dict(world_size=2, device="tpu"), ValueError, "device must be"),
+    (dict(world_size=2, device="cuda"), RuntimeError, "needs one GPU per rank"),
+    (dict(world_size=2, timeout=0), ValueError, "timeout must be a positive"),
+])
+def test_bad_input_fails_fast_and_clearly(kwargs, error, match):
+    kwargs.setdefault("batch_size", None if "global_batch_size" in kwargs else 8)
+    t0 = time.time()
+    with pytest.raises(error, match=match):
+        distlab.launch(dp.train, **kwargs)
+    assert time.time() - t0 < 5           # failed before starting any process
+
+
+def test_functions_that_workers_cannot_import_are_refused():
+    import __main__
+    def nested(worker):
+        return 0
+    with pytest.raises(ValueError, match="lambda or nested function"):
+        distlab.launch(nested, world_size=1)
+    with pytest.raises(ValueError, match="lambda or nested"):
+        distlab.launch(lambda w: 0, world_size=1)
+    not_importable_fn.__module__ = "__main__"
+    try:
+        with pytest.raises(ValueError, match=r"defined in __main__ \(a notebook cell"):
+            distlab.launch(not_importable_fn, world_size=1)
+    finally:
+        not_importable_fn.__module__ = __name__
+    with pytest.raises(ValueError, match="cannot be pickled"):
+        distlab.launch(workers.echo, world_size=1, value=lambda: 0)
+
+
+def test_a_port_in_use_is_refused():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(distlab.PortInUseError, match=f"port {port} on 127.0.0.1 is already in use"):
+            distlab.launch(workers.echo, world_size=2, port=port)

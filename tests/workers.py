@@ -1,0 +1,66 @@
+"""Training functions for the launcher tests.  They live in a module so workers can import them."""
+import os
+import signal
+import time
+
+import torch
+
+
+def _note_pid(pid_dir, worker):
+    if pid_dir:
+        with open(os.path.join(pid_dir, f"{worker.rank}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+
+
+def echo(worker, value=0, pid_dir=None):
+    """Every rank reports itself and the result of one all-reduce and one broadcast."""
+    _note_pid(pid_dir, worker)
+    t = torch.tensor([float(worker.rank + 1)])
+    worker.all_reduce(t)
+    b = torch.tensor([float(worker.rank)])
+    worker.broadcast(b, src=worker.world_size - 1)
+    worker.progress(1, 1)
+    return {"rank": worker.rank, "world_size": worker.world_size, "device": str(worker.device),
+            "backend": worker.backend, "value": value, "sum": t.item(), "bcast": b.item(),
+            "threads": torch.get_num_threads(), "pid": os.getpid()}
+
+
+def raise_on_rank(worker, bad_rank=1, pid_dir=None):
+    """All ranks meet once, then ``bad_rank`` raises while the others wait at the next all-reduce."""
+    _note_pid(pid_dir, worker)
+    worker.all_reduce(torch.ones(1))
+    if worker.rank == bad_rank:
+        raise ValueError(f"deliberate failure on rank {worker.rank}")
+    worker.all_reduce(torch.ones(1))
+    return worker.rank
+
+
+def kill_on_rank(worker, bad_rank=1, pid_dir=None):
+    """``bad_rank`` kills itself with SIGKILL (as the OOM killer would) while the others wait."""
+    _note_pid(pid_dir, worker)
+    worker.all_reduce(torch.ones(1))
+    if worker.rank == bad_rank:
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    worker.all_reduce(torch.ones(1))
+    return worker.rank
+
+
+def skip_collective(worker, pid_dir=None):
+    """Rank 1 never joins the all-reduce: the others must fail on the timeout, not hang."""
+    _note_pid(pid_dir, worker)
+    if worker.rank == 1:
+        time.sleep(600)
+    worker.all_reduce(torch.ones(1))
+    return worker.rank
+
+
+def run_forever(worker, pid_dir=None):
+    """Trains "forever" (all-reducing and reporting progress) until it is stopped."""
+    _note_pid(pid_dir, worker)
+    step = 0
+    while True:
+        worker.all_reduce(torch.ones(1000))
+        step += 1
+        worker.progress(step, 10**9)
+        time.sleep(0.01)
