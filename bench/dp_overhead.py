@@ -1,0 +1,55 @@
+"""Benchmark for issue #2: does distlab's DDP path cost anything over a plain torch DDP script?
+
+Runs the same training (MLP on the 8x8 digits, 2 ranks, one thread each) alternately through
+``distlab.launch(data_parallel.train, method="ddp")`` and through ``bench/plain_ddp.py`` under
+torchrun, several rounds, and compares training throughput (samples/s from the first step to
+the last, so process start-up is excluded from both).  Goal: distlab / plain >= 0.98.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import distlab                       # noqa: E402
+from distlab import data_parallel as dp  # noqa: E402
+from distlab.launch import free_port  # noqa: E402
+
+WORLD, WIDTH, BATCH, STEPS, ROUNDS = 2, 256, 32, 400, 4
+
+
+def run_distlab() -> float:
+    recs = distlab.launch(dp.train, world_size=WORLD, method="ddp", width=WIDTH, batch_size=BATCH,
+                          steps=STEPS, lr=0.1, record_grads_at=(), progress="none")
+    return distlab.throughput(recs)
+
+
+def run_plain() -> float:
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={WORLD}",
+                          "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+                          os.path.join(HERE, "plain_ddp.py"), str(WIDTH), str(BATCH), str(STEPS)],
+                         capture_output=True, text=True, check=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"))
+    return float(next(l.split()[1] for l in out.stdout.splitlines() if l.startswith("THROUGHPUT")))
+
+
+def main():
+    print(f"2 ranks x 1 thread, MLP width {WIDTH}, batch {BATCH} per rank, {STEPS} steps, {ROUNDS} rounds")
+    ratios = []
+    for i in range(ROUNDS):
+        order = (run_distlab, run_plain) if i % 2 == 0 else (run_plain, run_distlab)
+        got = {f.__name__: f() for f in order}
+        ratios.append(got["run_distlab"] / got["run_plain"])
+        print(f"round {i}: distlab {got['run_distlab']:.0f} samples/s, plain DDP {got['run_plain']:.0f} "
+              f"samples/s, ratio {ratios[-1]:.3f}", flush=True)
+    ratio = statistics.median(ratios)
+    print(f"GOAL dp_overhead_distlab_vs_plain {ratio:.3f} >= 0.98 {'PASS' if ratio >= 0.98 else 'MISS'}")
+
+
+if __name__ == "__main__":
+    t = time.time()
+    main()
+    print(f"(took {time.time() - t:.0f} s)")
