@@ -1,0 +1,389 @@
+"""Every lesson, run the way a learner runs it: JupyterLab in a real browser, Run All, then look.
+
+For each notebook in ``notebooks/`` (found automatically, so new lessons are covered without new
+code) the test opens a fresh copy in headless Chromium, runs all cells from the Run menu, waits for
+the kernel to be idle, and checks what the page shows:
+
+* every code cell ran, and no cell raised unless it is tagged ``raises-exception``;
+* every widget rendered: no "Loading widget...", no "Error displaying widget", no text repr such
+  as ``VBox(children=...)`` in place of a widget;
+* every control of every interactive widget (slider, dropdown, toggle buttons, ...) changes what
+  the widget shows when it is moved;
+* pictures fit a laptop screen (1366x768): nothing wider than the notebook, no picture shrunk to
+  fit, every interactive widget no taller than the visible part of the notebook.
+
+Screenshots of each notebook after running and after the interactions go to artifacts/browser/
+(not committed): look at them for readable labels and colour-blind-safe colours.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import ipywidgets
+import nbformat
+import pytest
+
+pytestmark = pytest.mark.browser
+
+LAPTOP = {"width": 1366, "height": 768}   # a common laptop screen: the page size for every check
+
+RUN_TIMEOUT = 300      # s for Run All; lessons take < 60 s under nbval, the browser and a busy CPU add more
+CHANGE_TIMEOUT = 30    # s for a widget to redraw after a control moved
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# class names of every ipywidgets widget: "VBox(children=...)" printed as text means it did not render
+WIDGET_NAMES = sorted(n for n in dir(ipywidgets)
+                      if isinstance(getattr(ipywidgets, n), type)
+                      and issubclass(getattr(ipywidgets, n), ipywidgets.Widget))
+WIDGET_REPR = re.compile(r"^\s*(?:%s)\(" % "|".join(WIDGET_NAMES), re.MULTILINE)
+NOT_RENDERED = ("Loading widget...", "Error displaying widget", "Model not found", "model not found")
+
+# what a learner can move, as CSS selectors inside a cell's output area
+CONTROLS = {
+    "slider": ".widget-slider .noUi-handle",
+    "dropdown": ".widget-dropdown select",
+    "select": ".widget-select select",
+    "toggle-buttons": ".widget-toggle-buttons",
+    "radio-buttons": ".widget-radio-box",
+    "checkbox": ".widget-checkbox input[type=checkbox]",
+    "toggle-button": "button.widget-toggle-button",
+}
+# the part of a control that shows its own state (removed before comparing what the widget shows)
+CONTROL_ROOTS = (".widget-slider, .widget-dropdown, .widget-select, .widget-toggle-buttons, "
+                 ".widget-radio, .widget-checkbox, .widget-toggle-button, .widget-play, "
+                 ".widget-button, .widget-text, .widget-textarea")
+
+JS_CELLS = """() => Array.from(document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')).map(cell => ({
+  code: cell.classList.contains('jp-CodeCell'),
+  prompt: (cell.querySelector('.jp-InputPrompt') || {textContent: ''}).textContent.trim(),
+  outputs: Array.from(cell.querySelectorAll('.jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output'))
+    .map(o => {
+      const widgets = Array.from(o.querySelectorAll('.jupyter-widgets')).filter(w => {
+        const r = w.getBoundingClientRect(); return r.width > 0 && r.height > 0; });
+      return {mime: o.getAttribute('data-mime-type'), text: o.innerText.slice(0, 3000),
+              widgets: widgets.length, scrollWidth: o.scrollWidth, clientWidth: o.clientWidth};
+    }),
+  images: Array.from(cell.querySelectorAll('.jp-Cell-outputArea img')).map(i => ({
+    natural: i.naturalWidth, shown: Math.round(i.getBoundingClientRect().width)})),
+}))"""
+
+JS_KERNEL_STATUS = """() => {
+  const items = Array.from(document.querySelectorAll('.jp-StatusBar-TextItem')).map(e => e.textContent);
+  return items.find(t => / \\| /.test(t)) || '';
+}"""
+
+JS_MARK_CONTROLS = """([area, controls, controlRoots]) => {
+  const found = [];
+  for (const [kind, sel] of Object.entries(controls)) {
+    area.querySelectorAll(sel).forEach(el => {
+      if (kind === 'toggle-button' && el.closest('.widget-toggle-buttons')) return;
+      const disabled = el.matches(':disabled') || !!el.closest('[disabled]')
+                       || !!el.closest('.noUi-target[disabled]');
+      if (disabled) return;
+      const root = el.closest(controlRoots) || el;
+      const label = root.querySelector(':scope > .widget-label');
+      const id = kind + '-' + found.length;
+      el.setAttribute('data-distlab-control', id);
+      found.push({id, kind, label: label ? label.textContent.trim() : ''});
+    });
+  }
+  return found;
+}"""
+
+JS_DISPLAY = """([area, controlRoots]) => {
+  // what the widget shows, without the controls' own state (a slider's readout always changes)
+  const outside = el => !el.closest(controlRoots);
+  const clone = area.cloneNode(true);
+  clone.querySelectorAll(controlRoots).forEach(el => el.remove());
+  return JSON.stringify({
+    text: clone.textContent,
+    images: Array.from(area.querySelectorAll('img')).filter(outside).map(i => i.src),
+    canvases: Array.from(area.querySelectorAll('canvas')).filter(outside).map(c => c.toDataURL()),
+    svgs: Array.from(area.querySelectorAll('svg')).filter(outside)
+      .filter(s => !s.closest('.jp-OutputArea-promptOverlay')).map(s => s.outerHTML),
+  });
+}"""
+
+JS_VISIBLE_HEIGHT = """() => {
+  const o = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');
+  return [o.clientHeight, o.scrollHeight];
+}"""
+
+JS_SCROLL_TO_TOP = """() => {
+  document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer').scrollTop = 0;
+  return new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+}"""
+
+
+def kernel_status(page) -> str:
+    return page.evaluate(JS_KERNEL_STATUS)
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.25):
+    """Poll ``condition()`` until it returns something truthy; fail with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(poll)
+
+
+def wait_for_idle_kernel(page, timeout: float = 120, settle: float = 1.0) -> None:
+    """The status bar says "| Idle" and no cell is queued ([*]) for ``settle`` seconds in a row.
+
+    Between two queued cells the kernel is idle for a moment; the queued cells still show [*],
+    and a short settling time covers the rest.
+    """
+    since = None
+
+    def idle():
+        nonlocal since
+        prompts = page.eval_on_selector_all(".jp-NotebookPanel .jp-InputPrompt",
+                                            "els => els.map(e => e.textContent)")
+        now_idle = kernel_status(page).endswith("| Idle") and not any("*" in p for p in prompts)
+        if not now_idle:
+            since = None
+            return False
+        since = since or time.monotonic()
+        return time.monotonic() - since >= settle
+
+    wait_for(idle, timeout, f"an idle kernel (status bar: {kernel_status(page)!r})")
+
+
+def no_dialog(page) -> None:
+    dialog = page.locator(".jp-Dialog")
+    if dialog.count():
+        raise AssertionError(f"unexpected JupyterLab dialog: {dialog.first.inner_text()!r}")
+
+
+def click_menu_item(page, menu: str, command: str, attempts: int = 3) -> None:
+    """Open a menu of the menu bar and click one of its items (retried: menus open on a click)."""
+    item = page.locator(f'.lm-Menu [data-command="{command}"]')
+    for attempt in range(attempts):
+        page.keyboard.press("Escape")
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{menu}$")).first.click()
+        try:
+            item.first.wait_for(state="visible", timeout=5_000)
+            item.first.click()
+            return
+        except Exception:
+            if attempt == attempts - 1:
+                raise
+
+
+def open_notebook(page, server, name: str) -> None:
+    workspace = f"test-{time.monotonic_ns()}"      # a new workspace: no tabs restored from earlier tests
+    page.goto(f"{server.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={server.token}")
+    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=90_000)
+    wait_for(lambda: kernel_status(page).endswith("| Idle"), 120,
+             "the kernel to start (status bar '| Idle')")
+    no_dialog(page)
+
+
+def run_all(page) -> None:
+    click_menu_item(page, "Run", "runmenu:run-all")
+    wait_for(lambda: any(p != "[ ]:" for p in page.eval_on_selector_all(
+        ".jp-NotebookPanel .jp-CodeCell .jp-InputPrompt", "els => els.map(e => e.textContent.trim())")),
+        30, "Run All to start a cell")
+    wait_for_idle_kernel(page, timeout=RUN_TIMEOUT, settle=1.5)
+
+
+def save(page, path: Path) -> nbformat.NotebookNode:
+    """Save through the File menu and read back what JupyterLab wrote: the outputs as it holds them."""
+    before = path.stat().st_mtime_ns
+    click_menu_item(page, "File", "docmanager:save")
+    wait_for(lambda: path.stat().st_mtime_ns != before, 30, f"{path.name} to be saved")
+    return wait_for(lambda: _read(path), 10, f"{path.name} to be readable")
+
+
+def _read(path: Path):
+    try:
+        return nbformat.read(path, as_version=4)
+    except (json.JSONDecodeError, nbformat.reader.NotJSONError):
+        return None
+
+
+def screenshot_notebook(page, path: Path) -> None:
+    """The whole notebook in one picture, 1366 px wide: the window is made as tall as the notebook."""
+    visible, total = page.evaluate(JS_VISIBLE_HEIGHT)
+    page.set_viewport_size({"width": LAPTOP["width"],
+                            "height": min(LAPTOP["height"] + total - visible, 16_000)})
+    page.evaluate(JS_SCROLL_TO_TOP)
+    page.screenshot(path=str(path))
+    page.set_viewport_size(LAPTOP)
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+def find_problems(nb_source, saved, cells) -> list[str]:
+    """Everything wrong with a run, as readable lines (empty when the notebook is fine)."""
+    problems = []
+    if len(cells) != len(nb_source.cells):
+        return [f"the page shows {len(cells)} cells, the notebook has {len(nb_source.cells)}"]
+    for i, (src, run, shown) in enumerate(zip(nb_source.cells, saved.cells, cells)):
+        where = f"cell {i} ({src.source.strip().splitlines()[0][:60] if src.source.strip() else 'empty'!r})"
+        if src.cell_type != "code":
+            continue
+        expected_error = "raises-exception" in src.metadata.get("tags", [])
+        if not re.fullmatch(r"\[\d+\]:", shown["prompt"]):
+            problems.append(f"{where} did not run (prompt {shown['prompt']!r})")
+        for out in run.get("outputs", []):
+            if expected_error:
+                break
+            if out.output_type == "error":
+                problems.append(f"{where} raised {out.ename}: {out.evalue}")
+            elif out.output_type == "stream" and "Traceback (most recent call last)" in out.text:
+                problems.append(f"{where} printed a traceback:\n{out.text[-1500:]}")
+        for out in shown["outputs"]:
+            for marker in NOT_RENDERED:
+                if marker in out["text"]:
+                    problems.append(f"{where} shows {marker!r} instead of a widget")
+            if out["mime"] == "text/plain" and WIDGET_REPR.search(out["text"]):
+                problems.append(f"{where} shows a widget as text: {out['text'][:120]!r}")
+            if out["scrollWidth"] > out["clientWidth"] + 2:
+                problems.append(f"{where}: an output is {out['scrollWidth']} px wide, wider than the "
+                                f"notebook ({out['clientWidth']} px) on a {LAPTOP['width']} px screen")
+        views = sum(WIDGET_VIEW in out.get("data", {}) for out in run.get("outputs", []))
+        rendered = sum(out["widgets"] > 0 for out in shown["outputs"])
+        if rendered < views:
+            problems.append(f"{where} has {views} widget outputs but {rendered} rendered on the page")
+        for img in shown["images"]:
+            if img["natural"] and img["shown"] < 0.95 * img["natural"]:
+                problems.append(f"{where}: a {img['natural']} px wide picture is shrunk to {img['shown']} px "
+                                f"to fit a {LAPTOP['width']} px screen (its labels shrink too)")
+    return problems
+
+
+def change_control(page, control, kind: str) -> str:
+    """Move one control the way a learner would; return what was done."""
+    if kind == "slider":
+        control.focus()
+        before = control.get_attribute("aria-valuenow")
+        control.press("ArrowRight")
+        if control.get_attribute("aria-valuenow") == before:      # already at its maximum
+            control.press("ArrowLeft")
+        return f"slider {before} -> {control.get_attribute('aria-valuenow')}"
+    if kind in ("dropdown", "select"):
+        options = control.locator("option")
+        values = [options.nth(k).get_attribute("value") for k in range(options.count())]
+        current = control.evaluate("s => Array.from(s.selectedOptions).map(o => o.value)")
+        choice = next(v for v in values if v not in current)
+        control.select_option(choice)
+        return f"{kind} {current} -> {choice!r}"
+    if kind == "toggle-buttons":
+        button = control.locator("button:not(.mod-active)").first
+        text = button.inner_text()
+        button.click()
+        return f"toggle button -> {text!r}"
+    if kind == "radio-buttons":
+        radio = control.locator("input[type=radio]:not(:checked)").first
+        radio.check()
+        return "radio button"
+    control.click()                                                 # checkbox, toggle button
+    return kind
+
+
+def check_interactions(page, cell_index: int, area, shots: Path) -> tuple[list[str], list[str]]:
+    """Move every control in one cell's output; each must change what the cell shows."""
+    problems, done = [], []
+    controls = page.evaluate(JS_MARK_CONTROLS, [area.element_handle(), CONTROLS, CONTROL_ROOTS])
+    for k, c in enumerate(controls):
+        control = area.locator(f'[data-distlab-control="{c["id"]}"]')
+        if not control.count():
+            problems.append(f"cell {cell_index}: {c['kind']} {c['label']!r} vanished before it was moved")
+            continue
+        control.scroll_into_view_if_needed()
+        before = page.evaluate(JS_DISPLAY, [area.element_handle(), CONTROL_ROOTS])
+        if k == 0:
+            area.screenshot(path=str(shots.with_name(f"{shots.name}-cell{cell_index:02d}-before.png")))
+        action = change_control(page, control, c["kind"])
+        try:
+            wait_for(lambda: page.evaluate(JS_DISPLAY, [area.element_handle(), CONTROL_ROOTS]) != before,
+                     CHANGE_TIMEOUT, "a change")
+            wait_for_idle_kernel(page, timeout=CHANGE_TIMEOUT, settle=0.5)
+            # a redraw may clear the output and draw again: compare once it has settled
+            after = page.evaluate(JS_DISPLAY, [area.element_handle(), CONTROL_ROOTS])
+            changed = after != before
+        except AssertionError:
+            changed = False
+        if k == 0:
+            area.screenshot(path=str(shots.with_name(f"{shots.name}-cell{cell_index:02d}-after.png")))
+        label = f"{c['kind']} {c['label']!r}" if c["label"] else c["kind"]
+        if changed:
+            done.append(f"cell {cell_index}: {label}: {action}: display changed")
+        else:
+            problems.append(f"cell {cell_index}: moving the {label} ({action}) did not change what "
+                            f"the widget shows within {CHANGE_TIMEOUT} s")
+    return problems, done
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport=LAPTOP, device_scale_factor=1)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.js_errors = []
+    page.on("pageerror", lambda e: page.js_errors.append(str(e)))
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+def test_notebook_runs_and_its_widgets_work(notebook, lab_server, page, artifacts):
+    assert notebook is not None, (
+        f"no notebooks found in {lab_server.source}: the browser suite has nothing to check")
+    stem = Path(notebook).stem
+    timings = {}
+    t0 = time.monotonic()
+
+    assert not lab_server.shut_down_kernels(), "kernels of an earlier test are still running"
+    nb_source = lab_server.fresh_copy(notebook)
+    open_notebook(page, lab_server, notebook)
+    timings["open"] = time.monotonic() - t0
+
+    t = time.monotonic()
+    run_all(page)
+    timings["run all"] = time.monotonic() - t
+
+    saved = save(page, lab_server.root / notebook)
+    nbformat.write(saved, artifacts / f"{stem}.ipynb")
+    cells = page.evaluate(JS_CELLS)
+    screenshot_notebook(page, artifacts / f"{stem}-after-run.png")
+    problems = find_problems(nb_source, saved, cells)
+
+    # interactive widgets: every cell output that holds a control
+    t = time.monotonic()
+    visible_height, _ = page.evaluate(JS_VISIBLE_HEIGHT)
+    done = []
+    areas = page.locator(".jp-NotebookPanel .jp-Cell")
+    selector = ", ".join(CONTROLS.values())
+    for i in range(areas.count()):
+        area = areas.nth(i).locator(".jp-Cell-outputArea")
+        if not area.count() or not area.locator(selector).count():
+            continue
+        height = area.bounding_box()["height"]
+        if height > visible_height:
+            problems.append(f"cell {i}: the interactive widget is {height:.0f} px tall, taller than the "
+                            f"{visible_height} px of notebook visible on a {LAPTOP['width']}x"
+                            f"{LAPTOP['height']} screen: its controls and picture cannot be seen together")
+        p, d = check_interactions(page, i, area, artifacts / stem)
+        problems += p
+        done += d
+    timings["interactions"] = time.monotonic() - t
+    screenshot_notebook(page, artifacts / f"{stem}-after-interaction.png")
+
+    problems += [f"JavaScript error on the page: {e}" for e in page.js_errors]
+    timings["total"] = time.monotonic() - t0
+    report = [f"{stem}: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())] + done
+    (artifacts / f"{stem}-report.txt").write_text("\n".join(report + problems) + "\n")
+    print("\n".join(report))
+    assert not problems, f"{notebook}:\n  " + "\n  ".join(problems)
+
+    leftovers = lab_server.shut_down_kernels()
+    assert not leftovers, f"processes left running after the kernel was shut down: {leftovers}"
