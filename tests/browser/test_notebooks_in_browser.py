@@ -122,15 +122,19 @@ def kernel_status(page) -> str:
     return page.evaluate(JS_KERNEL_STATUS)
 
 
-def wait_for(condition, timeout: float, what: str, poll: float = 0.25):
-    """Poll ``condition()`` until it returns something truthy; fail with ``what`` on timeout."""
+def wait_for(condition, timeout: float, what, poll: float = 0.25):
+    """Poll ``condition()`` until it returns something truthy; fail with ``what`` on timeout.
+
+    ``what`` may be a function, called at the timeout, to describe the state then.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for "
+                                 f"{what() if callable(what) else what}")
         time.sleep(poll)
 
 
@@ -153,7 +157,14 @@ def wait_for_idle_kernel(page, timeout: float = 120, settle: float = 1.0) -> Non
         since = since or time.monotonic()
         return time.monotonic() - since >= settle
 
-    wait_for(idle, timeout, f"an idle kernel (status bar: {kernel_status(page)!r})")
+    def state():
+        prompts = page.eval_on_selector_all(".jp-NotebookPanel .jp-InputPrompt",
+                                            "els => els.map(e => e.textContent.trim())")
+        busy = [i for i, p in enumerate(prompts) if "*" in p]
+        return (f"an idle kernel (status bar: {kernel_status(page)!r}; "
+                f"code cells still running or queued: {busy})")
+
+    wait_for(idle, timeout, state)
 
 
 def no_dialog(page) -> None:
@@ -182,7 +193,7 @@ def open_notebook(page, server, name: str) -> None:
     page.goto(f"{server.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={server.token}")
     page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=90_000)
     wait_for(lambda: kernel_status(page).endswith("| Idle"), 120,
-             "the kernel to start (status bar '| Idle')")
+             lambda: f"the kernel to start (status bar: {kernel_status(page)!r})")
     no_dialog(page)
 
 
@@ -245,12 +256,15 @@ def find_problems(nb_source, saved, cells) -> list[str]:
                     problems.append(f"{where} shows {marker!r} instead of a widget")
             if out["mime"] == "text/plain" and WIDGET_REPR.search(out["text"]):
                 problems.append(f"{where} shows a widget as text: {out['text'][:120]!r}")
-            if out["scrollWidth"] > out["clientWidth"] + 2:
+            text_output = (out["mime"] or "").startswith(("text/plain", "application/vnd.jupyter.std"))
+            if not text_output and out["scrollWidth"] > out["clientWidth"] + 2:
                 problems.append(f"{where}: an output is {out['scrollWidth']} px wide, wider than the "
                                 f"notebook ({out['clientWidth']} px) on a {LAPTOP['width']} px screen")
         views = sum(WIDGET_VIEW in out.get("data", {}) for out in run.get("outputs", []))
         rendered = sum(out["widgets"] > 0 for out in shown["outputs"])
-        if rendered < views:
+        # a widget closed by the kernel (e.g. a tqdm bar with leave=False) leaves a blank output
+        closed = sum(out["widgets"] == 0 and not out["text"].strip() for out in shown["outputs"])
+        if rendered + closed < views:
             problems.append(f"{where} has {views} widget outputs but {rendered} rendered on the page")
         for img in shown["images"]:
             if img["natural"] and img["shown"] < 0.95 * img["natural"]:
