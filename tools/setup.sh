@@ -12,20 +12,25 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 PY=.venv/bin/python
-"$PY" -m pip install -q --upgrade pip
+LOG=.venv/setup.log
+quiet() {  # run a step with its output in .venv/setup.log; show the end of it if it fails
+  if ! "$@" >>"$LOG" 2>&1; then echo "setup: FAILED: $*  (end of $LOG:)" >&2; tail -n 40 "$LOG" >&2; exit 1; fi
+}
+quiet "$PY" -m pip install --upgrade pip
 if ! "$PY" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "setup: GPU found, installing the default (CUDA) torch build"
-    "$PY" -m pip install -q "torch>=2.3"
+    quiet "$PY" -m pip install "torch>=2.3"
   else
     # CPU machine: pin the CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
     echo "setup: no GPU, installing torch==2.13.0 (CPU)"
-    "$PY" -m pip install -q torch==2.13.0
+    quiet "$PY" -m pip install torch==2.13.0
   fi
 fi
 if [ "$WHAT" = test ]; then EXTRAS="lab,test"; else EXTRAS="lab"; fi
-"$PY" -m pip install -q -e ".[$EXTRAS]"
-"$PY" -m ipykernel install --sys-prefix --name python3 >/dev/null
+echo "setup: installing distlab[$EXTRAS] and its dependencies"
+quiet "$PY" -m pip install -e ".[$EXTRAS]"
+quiet "$PY" -m ipykernel install --sys-prefix --name python3
 # Horovod: required in this repository's own set-up and CI; optional for a learner.
 if [ "$WHAT" = test ]; then
   tools/install_horovod.sh "$PY"
