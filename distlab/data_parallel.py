@@ -20,6 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from .collectives import ALGORITHMS, all_reduce
 from .data import check_world_size, global_batch, load_digits, rank_batch, shard_indices, steps_per_epoch
 from .models import MODELS, build_model
 from .records import RankRecord, StepRecord
@@ -47,8 +48,12 @@ def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: i
 def validate_args(world_size: int, *, method: str = "by_hand", model: str = "mlp", width: int = 64,
                   batch_size: int | None = None, global_batch_size: int | None = None,
                   steps: int = 50, dtype: str = "float32", straggler=None, warmup_steps: int = 0,
-                  **_) -> int:
+                  collective: str = "dist", **_) -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
+    if collective != "dist" and collective not in ALGORITHMS:
+        raise ValueError(f"unknown collective {collective!r}; choose 'dist' or one of {', '.join(ALGORITHMS)}")
+    if collective != "dist" and method != "by_hand":
+        raise ValueError("collective= chooses how method='by_hand' averages; DDP and Horovod use their own")
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
         raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
     check_straggler(straggler, world_size)
@@ -101,7 +106,7 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
           batch_size: int | None = None, global_batch_size: int | None = None, steps: int = 50,
           lr: float = 0.1, seed: int = 0, record_grads_at=(0,), record_layers=None,
           dtype: str = "float32", straggler: tuple[int, float] | None = None,
-          warmup_steps: int = 0) -> RankRecord:
+          warmup_steps: int = 0, collective: str = "dist") -> RankRecord:
     """Lesson 01: train on this rank's shard, averaging gradients with the other ranks.
 
     Returns this rank's ``RankRecord``: loss and accuracy per step, the shard, timings, the
@@ -111,10 +116,13 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
     ``straggler=(rank, seconds)`` (lesson 04) makes that rank sleep ``seconds`` inside the
     compute phase of every step, as a slower machine would: the others wait for it at
     every all-reduce.  ``warmup_steps`` (lesson 05) ramps the learning rate up (``warmup_lr``).
+    ``collective`` (lesson 03): ``"dist"`` averages with ``dist.all_reduce``; ``"naive"``,
+    ``"parameter_server"``, ``"ring"`` or ``"tree"`` with the hand-written ``distlab.collectives``.
     """
     b = validate_args(worker.world_size, method=method, model=model, width=width,
                       batch_size=batch_size, global_batch_size=global_batch_size,
-                      steps=steps, dtype=dtype, straggler=straggler, warmup_steps=warmup_steps)
+                      steps=steps, dtype=dtype, straggler=straggler, warmup_steps=warmup_steps,
+                      collective=collective)
     data = load_digits(dtype=DTYPES[dtype])
     x_all, y_all = data.x_train.to(worker.device), data.y_train.to(worker.device)
     net = build_model(model, width, seed=seed, dtype=DTYPES[dtype]).to(worker.device)
@@ -140,7 +148,7 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
     record = RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device),
                         config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr,
                                     seed=seed, dtype=dtype, straggler=straggler,
-                                    warmup_steps=warmup_steps),
+                                    warmup_steps=warmup_steps, collective=collective),
                         shard=shard_indices(data.n_train, worker.rank, worker.world_size, seed=seed))
     t_first = time.time()
     for step in range(steps):
@@ -162,7 +170,10 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
                 local = {n: p.grad.detach().cpu().clone() for n, p in net.named_parameters() if n in layers}
             t_comm = time.time()
             for p in net.parameters():      # the naive way: one all-reduce per parameter tensor
-                worker.all_reduce(p.grad, op="avg")
+                if collective == "dist":
+                    worker.all_reduce(p.grad, op="avg")
+                else:                       # lesson 03: a hand-written all-reduce
+                    all_reduce(p.grad, "avg", collective)
             t_comm = (t_comm, time.time())
         for group in opt.param_groups:
             group["lr"] = warmup_lr(lr, step, warmup_steps, worker.world_size)
