@@ -1,0 +1,206 @@
+"""Speedup pictures: does a second rank pay for its core, and why (not)?
+
+Introduced in lesson 05 ("Does distributing pay?").  Three panels, all drawn from the rows
+that ``distlab.scaling.run_scaling`` measured on real ranks:
+
+1. **speedup against N** for one configuration: measured points, the ideal line
+   (speedup = N), Amdahl's law fitted to the points, the alpha-beta prediction, and one
+   process using N threads for comparison; each point is labelled with its efficiency;
+2. **where a step's time goes** at each N: compute, communication, waiting, the rest,
+   with the communication-to-computation ratio written above each bar;
+3. **speedup against compute per byte** of gradient for every configuration measured so
+   far: the picture that says which regime pays.
+
+The widget's "measure" button runs a real, small measurement (two launches, a few seconds
+each) through ``distlab.scaling``; the widget itself only draws rows.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+
+from .. import scaling
+
+# Okabe-Ito colours: distinguishable with the common forms of colour blindness.
+COLOURS = {"compute": "#0072B2", "communication": "#009E73", "waiting": "#D55E00",
+           "rest": "#999999", "measured": "#000000", "threads": "#E69F00",
+           "amdahl": "#CC79A7", "alpha-beta": "#56B4E9"}
+WIDTHS = {"mlp": [64, 256, 1024, 2048], "cnn": [8, 16, 32, 64]}
+BATCHES = [64, 256, 896, 1436]
+
+
+def _rows_of(rows, key):
+    return [r for r in rows if scaling.config_key(r) == key]
+
+
+def speedup_figure(rows, key: tuple | None = None, title: str | None = None):
+    """Lesson 05: the three panels for configuration ``key`` (default: the last measured).
+
+    ``key`` is ``scaling.config_key(row)``: (model, width, "strong"|"weak", batch).  Returns
+    a matplotlib ``Figure`` not attached to pyplot, so nothing leaks into a cell.
+    """
+    from matplotlib.figure import Figure
+
+    if not rows:
+        raise ValueError("no rows to draw: measure something first (scaling.run_scaling)")
+    table = scaling.speedups(rows)
+    key = key or scaling.config_key(rows[-1])
+    mine = sorted((r for r in table if scaling.config_key(r) == key), key=lambda r: r["world_size"])
+    if not mine:
+        raise ValueError(f"no measurement with one process (1 thread) for {key}")
+    fig = Figure(figsize=(11, 3.4), layout="constrained")
+    ax1, ax2, ax3 = fig.subplots(1, 3, width_ratios=[1, 1, 1.15])
+    _speedup_panel(ax1, mine, rows, key)
+    _split_panel(ax2, mine)
+    _regime_panel(ax3, table, key)
+    model, width, kind, batch = key
+    fig.suptitle(title or f"{model.upper()} width {width}, {kind} scaling, "
+                 f"{'global' if kind == 'strong' else 'per-rank'} batch {batch}", fontsize=11)
+    return fig
+
+
+def _speedup_panel(ax, mine, rows, key):
+    ns = [r["world_size"] for r in mine]
+    top = max(ns + [2])
+    ax.plot([1, top], [1, top], ls="--", color="grey", label="ideal (N)")
+    ax.plot(ns, [r["speedup"] for r in mine], "o-", color=COLOURS["measured"], label="N ranks x 1 thread")
+    for r in mine:
+        ax.annotate(f"eff. {r['efficiency']:.0%}", (r["world_size"], r["speedup"]),
+                    textcoords="offset points", xytext=(6, -12), fontsize=8)
+    threaded = [(r["world_size"], r["speedup"] / r["vs_all_cores"]) for r in mine
+                if r["world_size"] > 1 and r["vs_all_cores"] == r["vs_all_cores"]]
+    if threaded:
+        ax.plot(*zip(*threaded), "s", color=COLOURS["threads"], label="1 process x N threads")
+    parallel = [r for r in mine if 1 < r["world_size"] <= (os.cpu_count() or 1)]
+    if parallel:
+        s = scaling.fit_amdahl([r["world_size"] for r in parallel], [r["speedup"] for r in parallel])
+        xs = [1 + i * (top - 1) / 40 for i in range(41)]
+        ax.plot(xs, [scaling.amdahl_speedup(x, s) for x in xs], color=COLOURS["amdahl"],
+                label=f"Amdahl, serial {s:.0%}")
+    by_hand = [r for r in rows if r["method"] == "by_hand" and r["world_size"] > 1]
+    one = next((r for r in mine if r["world_size"] == 1), None)
+    if one is not None and by_hand:
+        alpha, beta = scaling.fit_alpha_beta(by_hand)
+        ax.plot(ns, [scaling.predicted_speedup(one, n, alpha, beta) for n in ns], "^:",
+                color=COLOURS["alpha-beta"], label="alpha-beta model")
+    ax.set_xlabel("ranks N")
+    ax.set_ylabel("speedup over 1 process x 1 thread")
+    ax.set_xticks(ns)
+    ax.set_ylim(0, top + 0.3)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _split_panel(ax, mine):
+    labels = [f"N={r['world_size']}" for r in mine]
+    bottom = [0.0] * len(mine)
+    for part, field in [("compute", "compute_s"), ("communication", "comm_s"),
+                        ("waiting", "wait_s"), ("rest", "other_s")]:
+        ms = [max(r[field], 0.0) * 1e3 if r[field] == r[field] else 0.0 for r in mine]
+        ax.bar(labels, ms, bottom=bottom, color=COLOURS[part], label=part)
+        bottom = [b + m for b, m in zip(bottom, ms)]
+    for i, r in enumerate(mine):
+        if r["world_size"] > 1:
+            ax.annotate(f"comm/compute\n{r['comm_to_compute']:.2f}", (i, bottom[i]),
+                        ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, max(bottom) * 1.3)
+    ax.set_ylabel("time per step (ms)")
+    ax.set_title("where a step goes", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+
+
+def _regime_panel(ax, table, key):
+    pairs = [r for r in table if r["world_size"] == 2]
+    for r in pairs:
+        x = scaling.compute_per_byte(r["model"], r["width"], r["batch_size"], r["dtype"])
+        chosen = scaling.config_key(r) == key
+        ax.scatter(x, r["speedup"], marker="o" if r["model"] == "mlp" else "D",
+                   s=60 if chosen else 25, color=COLOURS["measured"] if chosen else COLOURS["compute"])
+        ax.annotate(f"{r['model']}{r['width']}/{r['global_batch_size']}", (x, r["speedup"]),
+                    textcoords="offset points", xytext=(4, 3), fontsize=7)
+    ax.axhline(2, ls="--", color="grey", lw=1)
+    ax.axhline(1, ls=":", color=COLOURS["waiting"], lw=1)
+    ax.text(0.02, 0.93, "ideal", transform=ax.transAxes, fontsize=7, color="grey")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 2.3)
+    ax.set_xlabel("training FLOPs per byte of gradient (per rank)")
+    ax.set_ylabel("speedup of 2 ranks")
+    ax.set_title("below the dotted line, 2 ranks are slower", fontsize=9)
+
+
+def figure_png(fig) -> bytes:
+    """A figure as PNG bytes, drawn off-screen."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    return buf.getvalue()
+
+
+class SpeedupView:
+    """Choose a model, width and global batch; press "measure"; see the speedup.
+
+    Starts from ``rows`` already measured (may be empty).  In a notebook it shows the
+    live controls *and* a PNG of the current picture, so viewers without widgets see it.
+    """
+
+    def __init__(self, rows=(), measure_kwargs: dict | None = None):
+        import ipywidgets as W
+
+        self.rows = list(rows)
+        self.measure_kwargs = dict(steps=8, skip=2, repeats=2) | (measure_kwargs or {})
+        last = self.rows[-1] if self.rows else dict(model="mlp", width=1024, global_batch_size=896)
+        self.model = W.Dropdown(options=list(WIDTHS), value=last["model"], description="model")
+        self.width = W.Dropdown(options=WIDTHS[last["model"]], description="width")
+        self.width.value = last["width"] if last["width"] in WIDTHS[last["model"]] else WIDTHS[last["model"]][0]
+        self.batch = W.Dropdown(options=BATCHES, description="global batch")
+        self.batch.value = last["global_batch_size"] if last["global_batch_size"] in BATCHES else 256
+        self.button = W.Button(description="measure", button_style="primary",
+                               tooltip="launch 1 process, then 2 ranks, and time them")
+        self.status = W.Label("" if self.rows else "press measure (about 15 s)")
+        self.image = W.Image(format="png", value=self.png() if self.rows else b"")
+        self.model.observe(self._model_changed, names="value")
+        self.button.on_click(self.measure)
+        self.box = W.VBox([W.HBox([self.model, self.width, self.batch]),
+                           W.HBox([self.button, self.status]), self.image])
+
+    def _model_changed(self, change) -> None:
+        self.width.options = WIDTHS[change["new"]]
+
+    def config(self) -> dict:
+        return dict(model=self.model.value, width=self.width.value, global_batch_size=self.batch.value)
+
+    def measure(self, _button=None) -> None:
+        """Run the real measurement for the chosen configuration and redraw."""
+        self.button.disabled = True
+        self.status.value = "measuring: 1 process (1 and 2 threads), then 2 ranks ..."
+        try:
+            self.rows += scaling.run_scaling([self.config()], (1, 2), **self.measure_kwargs)
+            self.image.value = self.png()
+            two = [r for r in scaling.speedups(self.rows)
+                   if r["world_size"] == 2 and scaling.config_key(r) == scaling.config_key(self.rows[-1])]
+            self.status.value = (f"2 ranks: {two[-1]['speedup']:.2f}x one thread, "
+                                 f"{two[-1]['vs_all_cores']:.2f}x one process on 2 threads")
+        except Exception as err:   # show it in the widget; a button callback has nowhere else
+            self.status.value = f"failed: {err}"
+        finally:
+            self.button.disabled = False
+
+    def png(self) -> bytes:
+        return figure_png(speedup_figure(self.rows))
+
+    def __repr__(self) -> str:
+        return f"<speedup explorer: {len({scaling.config_key(r) for r in self.rows})} configuration(s) measured>"
+
+    def _repr_mimebundle_(self, **kwargs):
+        data = self.box._repr_mimebundle_(**kwargs)
+        data["text/plain"] = repr(self)
+        if self.image.value:
+            data["image/png"] = base64.b64encode(self.image.value).decode()
+        return data
+
+
+def speedup_widget(rows=(), **measure_kwargs):
+    """Lesson 05: the speedup explorer (static PNG for viewers without widgets)."""
+    return SpeedupView(rows, measure_kwargs)
