@@ -1,0 +1,95 @@
+"""Benchmark for issue #5: does a second rank pay for its core?
+
+Measures, side by side in one run, for the most compute-bound configuration found on
+2 cores (``BEST``), for the untuned probe of the issue (``PROBE``) and for the worst
+regime (``WORST``):
+
+- 2 ranks x 1 thread over 1 process x 1 thread (the per-core speedup; goal >= 1.8,
+  physical limit 2.0);
+- 2 ranks x 1 thread over 1 process x 2 threads (the honest single-machine alternative;
+  reported, not a goal).
+
+Everything runs through ``distlab.scaling.run_scaling`` (``data_parallel.train`` on real
+ranks; throughput from the first measured step to the last, warm-up steps skipped).  Each
+round launches 1 process and 2 ranks, in alternating order; inside a launch the
+configurations alternate too.  The speedup of a round is a ratio of medians; the result is
+the median over rounds.
+
+``python bench/scaling.py --grid`` instead searches a grid of models, widths and batches
+once and prints every speedup sorted (how ``BEST`` was chosen; a few minutes).
+"""
+import os
+import statistics
+import sys
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from distlab import scaling  # noqa: E402
+
+BEST = dict(model="cnn", width=16, global_batch_size=1436)
+PROBE = dict(model="mlp", width=1024, global_batch_size=896)
+WORST = dict(model="mlp", width=64, global_batch_size=64)
+ROUNDS, STEPS, SKIP, REPEATS = 3, 10, 2, 2
+GRID = ([dict(model="mlp", width=w, global_batch_size=b) for w in (64, 256, 1024, 2048)
+         for b in (64, 256, 896, 1436)]
+        + [dict(model="cnn", width=w, global_batch_size=b) for w in (8, 16, 32)
+           for b in (64, 256, 896, 1436)])
+
+
+def name(cfg) -> str:
+    return f"{cfg['model']}{cfg['width']}/{cfg['global_batch_size']}"
+
+
+def speedups_by_config(rows) -> dict:
+    """{config name: (2x1 over 1x1, 2x1 over 1x2, comm/compute at 2 ranks)} from one round."""
+    out = {}
+    for r in scaling.speedups(rows):
+        if r["world_size"] == 2:
+            out[name(r)] = (r["speedup"], r["vs_all_cores"], r["comm_to_compute"])
+    return out
+
+
+def bench() -> None:
+    configs = [BEST, PROBE, WORST]
+    print(f"{ROUNDS} rounds; each: 1 process (1 and 2 threads) and 2 ranks x 1 thread, "
+          f"{STEPS} steps ({SKIP} skipped), configurations alternating {REPEATS}x; "
+          f"{os.cpu_count()} cores", flush=True)
+    rounds = []
+    for i in range(ROUNDS):
+        order = (1, 2) if i % 2 == 0 else (2, 1)
+        rows = []
+        for n in order:
+            rows += scaling.run_scaling(configs, (n,), steps=STEPS, skip=SKIP, repeats=REPEATS)
+        rounds.append(speedups_by_config(rows))
+        print(f"round {i}: " + "; ".join(f"{k} {v[0]:.2f}x (vs 2 threads {v[1]:.2f}x)"
+                                         for k, v in rounds[-1].items()), flush=True)
+    med = {k: tuple(statistics.median(r[k][j] for r in rounds) for j in range(3)) for k in rounds[0]}
+    for cfg in configs:
+        s, s2, ratio = med[name(cfg)]
+        print(f"{name(cfg):>14}: 2 ranks x 1 thread = {s:.2f}x 1 process x 1 thread, "
+              f"{s2:.2f}x 1 process x 2 threads; (comm+wait)/compute {ratio:.2f}; FLOPs/byte "
+              f"{scaling.compute_per_byte(cfg['model'], cfg['width'], cfg['global_batch_size'] // 2):.0f}")
+    best = med[name(BEST)]
+    print(f"REPORT speedup_2x1_vs_1x2 {best[1]:.2f} (config {name(BEST)}; one process using both "
+          "cores, no all-reduce)")
+    print(f"REPORT speedup_2x1_vs_1x1_probe {med[name(PROBE)][0]:.2f} (config {name(PROBE)})")
+    print(f"REPORT speedup_2x1_vs_1x1_worst {med[name(WORST)][0]:.2f} (config {name(WORST)})")
+    print(f"GOAL speedup_2x1_vs_1x1 {best[0]:.2f} >= 1.8 {'PASS' if best[0] >= 1.8 else 'MISS'}")
+
+
+def grid() -> None:
+    print(f"grid of {len(GRID)} configurations, 1 round", flush=True)
+    rows = scaling.run_scaling(GRID, (1, 2), steps=8, skip=2, repeats=1)
+    found = speedups_by_config(rows)
+    for k, (s, s2, ratio) in sorted(found.items(), key=lambda kv: -kv[1][0]):
+        print(f"{k:>14}: {s:.2f}x over 1x1, {s2:.2f}x over 1x2, (comm+wait)/compute {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("ignore", UserWarning)
+    t0 = time.time()
+    grid() if "--grid" in sys.argv else bench()
+    print(f"({time.time() - t0:.0f} s)")
