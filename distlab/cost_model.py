@@ -1,0 +1,268 @@
+"""Predicting what an all-reduce costs: the alpha-beta model, fitted from a measured ping-pong.
+
+Introduced in lesson 03 (``notebooks/03_combining_gradients.ipynb``).
+
+Sending one message of ``b`` bytes takes ``alpha + b * beta`` seconds: ``alpha`` is the
+fixed price of any message (software, system calls, waking the receiver), ``beta`` the price
+of each byte (copying it through the network or, on one machine, through memory).  Adding
+a received chunk into your own costs ``gamma`` seconds per byte.  We measure all three on
+this machine: a *ping-pong* (rank 0 sends, rank 1 sends it straight back: half the round
+trip is one message) gives alpha and beta, a timed ``add_`` gives gamma.
+
+An algorithm is a list of *steps* (``schedule``): the messages of one step travel at the
+same time, the steps one after another.  Within a step, what cannot overlap adds up:
+
+* a rank handles its own messages one after another: the step costs at least ``alpha``
+  times the most messages one rank sends or receives, plus ``beta`` times the most bytes
+  one rank sends or receives (a parameter server's link carries every push);
+* the hardware moves at most ``lanes`` messages at full speed at once: the step costs at
+  least ``alpha`` times all its messages, plus ``beta`` times all its bytes, over ``lanes``.
+  On a cluster every rank has its own link (``lanes=None``: no such limit).  On one
+  machine the "network" is the CPU cores copying bytes, and one message already keeps two
+  cores busy (one copies out, the other copies in): ``lanes = cores // 2``, which is 1 on
+  our 2-core machine.  There a ring's N simultaneous messages take turns;
+
+plus ``gamma`` for the most bytes one rank adds.  On a cluster, with n bytes of tensor,
+N ranks and c = n/N:
+
+==================  ==================================================  ===================
+algorithm           predicted time                                      busiest rank sends
+==================  ==================================================  ===================
+naive               2(N-1) (alpha + n beta) + (N-1) n gamma               (N-1) n
+parameter_server    2(N-1) (alpha + n beta) + (N-1) n gamma               (N-1) n
+ring                2(N-1) (alpha + c beta) + (N-1) c gamma               2(N-1) c  (about 2n)
+tree                2L (alpha + n beta) + L n gamma,  L = ceil(log2 N)    L n
+==================  ==================================================  ===================
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .collectives import ALGORITHMS, DTYPES, _check_torchrun, all_reduce, check_algorithm
+
+BASELINE = "gloo"   # dist.all_reduce, timed next to the hand-written algorithms
+REDUCING = ("reduce", "push", "reduce-scatter")   # phases whose receiver adds what arrives
+
+
+def machine_lanes() -> int:
+    """Messages this machine moves at full speed at once: one per two cores (at least one)."""
+    return max(1, len(os.sched_getaffinity(0)) // 2)
+
+
+@dataclass
+class Link:
+    """Lesson 03: the measured price of communication on this machine."""
+
+    alpha: float        # seconds per message
+    beta: float         # seconds per byte sent
+    gamma: float = 0.0  # seconds per byte added
+    lanes: int | None = 1   # messages that travel at full speed at once; None: one link per rank
+
+    def __str__(self) -> str:
+        text = f"alpha = {self.alpha * 1e6:.0f} us per message, 1/beta = {1 / self.beta / 1e9:.2f} GB/s"
+        if self.gamma:
+            text += f", 1/gamma = {1 / self.gamma / 1e9:.2f} GB/s added"
+        return text + f", lanes = {self.lanes or 'one per rank'}"
+
+
+def fit_line(x, y) -> tuple[float, float]:
+    """Intercept and slope of ``y = a + b x``, fitted for *relative* error.
+
+    Plain least squares would let the largest messages decide everything; weighting each
+    point by 1/y makes a 10 us message count as much as a 10 ms one, so alpha comes from
+    the small messages and beta from the big ones.
+    """
+    x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
+    if len(x) < 2 or len(x) != len(y) or (y <= 0).any():
+        raise ValueError("need at least two (size, positive time) pairs")
+    design = torch.stack([torch.ones_like(x), x], 1) / y[:, None]
+    coef = torch.linalg.lstsq(design, torch.ones_like(y)[:, None]).solution.flatten()
+    return max(coef[0].item(), 0.0), coef[1].item()
+
+
+def fit_link(ping_pong: dict, add: dict | None = None, lanes: int | None = None) -> Link:
+    """Lesson 03: ``Link`` from a ping-pong and an add measurement (see ``measure``)."""
+    alpha, beta = fit_line(ping_pong["bytes"], ping_pong["seconds"])
+    gamma = fit_line(add["bytes"], add["seconds"])[1] if add else 0.0
+    return Link(alpha, beta, gamma, machine_lanes() if lanes is None else lanes)
+
+
+def chunk_sizes(numel: int, world_size: int) -> list[int]:
+    """The sizes ``tensor_split(world_size)`` gives: the first ``numel % N`` chunks get one more."""
+    q, r = divmod(numel, world_size)
+    return [q + 1] * r + [q] * (world_size - r)
+
+
+def schedule(algorithm: str, world_size: int, numel: int, itemsize: int = 4) -> list[dict]:
+    """Lesson 03: the steps of an algorithm, without running it.
+
+    Each step is ``{"phase", "step", "messages": [{"src", "dst", "chunk", "bytes"}, ...]}``;
+    the tests check it against the message logs of real runs.
+    """
+    check_algorithm(algorithm)
+    N, n = world_size, numel * itemsize
+    whole = lambda src, dst: {"src": src, "dst": dst, "chunk": None, "bytes": n}  # noqa: E731
+    steps = []
+    if algorithm == "naive":
+        steps += [("reduce", s, [whole(s + 1, 0)]) for s in range(N - 1)]
+        steps += [("broadcast", s, [whole(0, s + 1)]) for s in range(N - 1)]
+    elif algorithm == "parameter_server" and N > 1:
+        steps += [("push", 0, [whole(r, 0) for r in range(1, N)]),
+                  ("pull", 0, [whole(0, r) for r in range(1, N)])]
+    elif algorithm == "ring":
+        size = [c * itemsize for c in chunk_sizes(numel, N)]
+        for phase, first in (("reduce-scatter", 0), ("all-gather", 1)):
+            steps += [(phase, s, [{"src": r, "dst": (r + 1) % N, "chunk": (r + first - s) % N,
+                                   "bytes": size[(r + first - s) % N]} for r in range(N)])
+                      for s in range(N - 1)]
+    elif algorithm == "tree":
+        levels = (N - 1).bit_length()
+        steps += [("reduce", k, [whole(r, r - (1 << k)) for r in range(1 << k, N, 2 << k)])
+                  for k in range(levels)]
+        steps += [("broadcast", s, [whole(r, r + (1 << k)) for r in range(0, N - (1 << k), 2 << k)])
+                  for s, k in enumerate(reversed(range(levels)))]
+    return [{"phase": p, "step": s, "messages": m} for p, s, m in steps]
+
+
+def bytes_per_rank(algorithm: str, world_size: int, numel: int, itemsize: int = 4) -> list[int]:
+    """Lesson 03: exactly how many bytes each rank sends in one all-reduce."""
+    sent = [0] * world_size
+    for step in schedule(algorithm, world_size, numel, itemsize):
+        for m in step["messages"]:
+            sent[m["src"]] += m["bytes"]
+    return sent
+
+
+def step_time(step: dict, link: Link, world_size: int) -> float:
+    """One step's time: the messages and bytes that must pass one after another, the adding."""
+    sent, got = [0] * world_size, [0] * world_size            # messages per rank
+    out, into = [0] * world_size, [0] * world_size            # bytes per rank
+    for m in step["messages"]:
+        sent[m["src"]] += 1
+        got[m["dst"]] += 1
+        out[m["src"]] += m["bytes"]
+        into[m["dst"]] += m["bytes"]
+    lanes = link.lanes or world_size                          # None: every rank its own link
+    messages = max(max(sent), max(got), len(step["messages"]) / lanes)
+    serial_bytes = max(max(out), max(into), sum(into) / lanes)
+    added = max(into) if step["phase"] in REDUCING else 0
+    return messages * link.alpha + serial_bytes * link.beta + added * link.gamma
+
+
+def predict_time(algorithm: str, world_size: int, numel: int, link: Link, itemsize: int = 4) -> float:
+    """Lesson 03: the alpha-beta model's time for one all-reduce, in seconds."""
+    return sum(step_time(s, link, world_size) for s in schedule(algorithm, world_size, numel, itemsize))
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring on the ranks (worker function)
+# ---------------------------------------------------------------------------------------------
+def repeats_for(numel: int, repeats: int | None = None) -> int:
+    """How many timed repetitions: many for fast small tensors, a few for large ones."""
+    return repeats if repeats is not None else max(5, min(30, int(3e7 / max(numel, 1))))
+
+
+def _ping_pong(rank: int, sizes, repeats) -> dict:
+    """Rank 0 sends ``b`` bytes to rank 1, which sends them back; half the best round trip."""
+    seconds = []
+    for numel in sizes:
+        buf, best = torch.zeros(numel, dtype=torch.uint8), float("inf")
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+            elif rank == 1:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+            best = min(best, (time.perf_counter() - t0) / 2)
+        seconds.append(best)
+    return {"bytes": list(sizes), "seconds": seconds}
+
+
+def _time_add(sizes, dtype, repeats) -> dict:
+    """Seconds to add one tensor into another (all ranks at once, as in a real reduction)."""
+    seconds = []
+    for numel in sizes:
+        a, b = torch.ones(numel, dtype=dtype), torch.ones(numel, dtype=dtype)
+        best = float("inf")
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            a.add_(b)
+            best = min(best, time.perf_counter() - t0)
+        seconds.append(best)
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    return {"bytes": [n * itemsize for n in sizes], "seconds": seconds}
+
+
+def measure(worker, sizes=(1_000, 10_000, 100_000, 1_000_000), algorithms=(*ALGORITHMS, BASELINE),
+            dtype: str = "float32", repeats: int | None = None,
+            ping_pong_bytes=(8, 800, 8_000, 80_000, 800_000, 8_000_000, 40_000_000), seed: int = 0) -> dict:
+    """Lesson 03 (worker): a ping-pong, an add, then every algorithm timed side by side.
+
+    Algorithms take turns (the order rotates every repetition) on a freshly copied tensor
+    after a barrier, so that a busy moment of the machine hits them all alike.  A time is the
+    slowest rank's; the record keeps every repetition (take the best, or the median).
+    Returns ``{"world_size", "dtype", "ping_pong", "add", "times": {alg: {numel: [s, ...]}}}``.
+    """
+    _check_torchrun(worker)
+    torch_dtype = DTYPES[dtype]
+    ping = _ping_pong(worker.rank, ping_pong_bytes, 20) if worker.world_size > 1 else None
+    itemsize = torch.empty(0, dtype=torch_dtype).element_size()
+    add = _time_add([b // itemsize for b in ping_pong_bytes if b >= 80_000], torch_dtype, 10)
+    times = {a: {} for a in algorithms}
+    for numel in sizes:
+        g = torch.Generator().manual_seed(seed + worker.rank)
+        original = torch.randn(numel, generator=g, dtype=torch.float64).to(torch_dtype)
+        x = original.clone()
+        for a in algorithms:                   # warm-up: first-touch of memory, buffers
+            _run(a, x)
+        for rep in range(repeats_for(numel, repeats)):
+            for a in algorithms[rep % len(algorithms):] + algorithms[:rep % len(algorithms)]:
+                x.copy_(original)
+                dist.barrier()
+                t0 = time.perf_counter()
+                _run(a, x)
+                times[a].setdefault(numel, []).append(time.perf_counter() - t0)
+    # the slowest rank decides: one all-reduce of every time at the end (outside the timing)
+    flat = torch.tensor([t for a in algorithms for n in sizes for t in times[a][n]], dtype=torch.float64)
+    dist.all_reduce(flat, op=dist.ReduceOp.MAX)
+    it = iter(flat.tolist())
+    times = {a: {n: [next(it) for _ in times[a][n]] for n in sizes} for a in algorithms}
+    return {"world_size": worker.world_size, "dtype": dtype, "ping_pong": ping, "add": add,
+            "times": times}
+
+
+def _run(algorithm: str, x: torch.Tensor) -> None:
+    if algorithm == BASELINE:
+        dist.all_reduce(x)
+    else:
+        all_reduce(x, "sum", algorithm)
+
+
+def measure_args(world_size: int, *, algorithms=(*ALGORITHMS, BASELINE), dtype: str = "float32",
+                 sizes=(1_000,), **_) -> None:
+    if world_size < 2:
+        raise ValueError("measuring communication needs at least 2 ranks")
+    for a in algorithms:
+        if a != BASELINE:
+            check_algorithm(a)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if not sizes or any(not isinstance(n, int) or n < 1 for n in sizes):
+        raise ValueError(f"sizes must be positive integers (numbers of elements), got {sizes!r}")
+
+
+measure.validate_args = measure_args
+
+
+def best(times: list[float]) -> float:
+    """The fastest repetition: on a shared machine, the one least disturbed by others."""
+    return min(times)

@@ -1,0 +1,123 @@
+"""Lesson 03's alpha-beta model: exact bytes, the closed forms of its table, the fit, a real measurement."""
+import math
+
+import pytest
+import torch
+
+import distlab
+from distlab import cost_model as M
+from distlab.collectives import ALGORITHMS
+
+CLUSTER = M.Link(alpha=5e-6, beta=1e-9, gamma=2e-10, lanes=None)    # one link per rank
+ONE_LANE = M.Link(alpha=5e-6, beta=1e-9, gamma=2e-10, lanes=1)
+
+
+def test_chunk_sizes_are_those_of_tensor_split():
+    for n in range(0, 40):
+        for world in range(1, 9):
+            assert M.chunk_sizes(n, world) == [c.numel() for c in torch.arange(n).tensor_split(world)]
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 5, 8, 16, 64])
+def test_ring_sends_about_twice_the_tensor_per_rank_whatever_n(world):
+    numel = 1_000_000
+    n = 4 * numel
+    ring = M.bytes_per_rank("ring", world, numel)
+    assert max(ring) - min(ring) <= 2 * 4 * world            # within a float or so of each other
+    assert abs(sum(ring) / world - 2 * (world - 1) / world * n) <= 8 * world
+    assert max(ring) < 2 * n
+    server = M.bytes_per_rank("parameter_server", world, numel)
+    assert server == [(world - 1) * n] + [n] * (world - 1)   # grows with N
+    tree = M.bytes_per_rank("tree", world, numel)
+    assert max(tree) == math.ceil(math.log2(world)) * n
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 5, 7, 8, 13, 16])
+def test_predicted_times_are_the_closed_forms_of_the_docstring_table(world):
+    a, b, g = CLUSTER.alpha, CLUSTER.beta, CLUSTER.gamma
+    numel = 12_345
+    n, c = 4 * numel, 4 * math.ceil(numel / world)
+    levels = math.ceil(math.log2(world))
+    expected = {"naive": 2 * (world - 1) * (a + n * b) + (world - 1) * n * g,
+                "parameter_server": 2 * (world - 1) * (a + n * b) + (world - 1) * n * g,
+                "ring": 2 * (world - 1) * (a + c * b) + (world - 1) * c * g,
+                "tree": 2 * levels * (a + n * b) + levels * n * g}
+    for name in ALGORITHMS:
+        assert M.predict_time(name, world, numel, CLUSTER) == pytest.approx(expected[name], rel=1e-12), name
+
+
+def test_one_lane_slows_the_ring_but_not_the_parameter_server():
+    for world in (2, 4, 8):
+        assert M.predict_time("ring", world, 10**6, ONE_LANE) > 1.5 * M.predict_time("ring", world, 10**6, CLUSTER)
+        assert M.predict_time("parameter_server", world, 10**6, ONE_LANE) == pytest.approx(
+            M.predict_time("parameter_server", world, 10**6, CLUSTER))
+        assert M.predict_time("naive", world, 10**6, ONE_LANE) == pytest.approx(
+            M.predict_time("naive", world, 10**6, CLUSTER))
+
+
+def test_on_a_cluster_the_ring_wins_for_big_tensors_and_the_tree_for_small_ones():
+    world = 16
+    big = {name: M.predict_time(name, world, 10**7, CLUSTER) for name in ALGORITHMS}
+    small = {name: M.predict_time(name, world, 10, CLUSTER) for name in ALGORITHMS}
+    assert min(big, key=big.get) == "ring"
+    assert min(small, key=small.get) == "tree"
+
+
+def test_schedules_move_every_rank_s_numbers_to_every_rank():
+    """Replay a schedule on sets of contributors: afterwards every rank has everyone's."""
+    for name in ALGORITHMS:
+        for world in range(1, 10):
+            numel = 2 * world + 1
+            have = [[{r} for _ in range(world)] for r in range(world)]   # have[rank][chunk]
+            for step in M.schedule(name, world, numel):
+                before = [[set(c) for c in row] for row in have]
+                for m in step["messages"]:
+                    chunks = range(world) if m["chunk"] is None else [m["chunk"]]
+                    for c in chunks:
+                        if step["phase"] in M.REDUCING:
+                            have[m["dst"]][c] |= before[m["src"]][c]
+                        else:
+                            have[m["dst"]][c] = set(before[m["src"]][c])
+            assert all(c == set(range(world)) for row in have for c in row), (name, world)
+
+
+def test_fit_recovers_alpha_and_beta():
+    sizes = [8, 800, 8_000, 80_000, 800_000, 8_000_000]
+    alpha, beta = 40e-6, 1 / 3e9
+    exact = [alpha + s * beta for s in sizes]
+    assert M.fit_line(sizes, exact) == pytest.approx((alpha, beta), rel=1e-9)
+    g = torch.Generator().manual_seed(0)
+    noisy = [t * (1 + 0.05 * float(torch.randn(1, generator=g))) for t in exact]
+    a, b = M.fit_line(sizes, noisy)
+    assert a == pytest.approx(alpha, rel=0.15) and b == pytest.approx(beta, rel=0.15)
+    with pytest.raises(ValueError):
+        M.fit_line([8], [1e-5])
+    with pytest.raises(ValueError):
+        M.fit_line([8, 16], [1e-5, 0.0])
+
+
+def test_bad_requests_are_refused():
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        M.predict_time("star", 4, 10, CLUSTER)
+    with pytest.raises(ValueError, match="at least 2 ranks"):
+        distlab.launch(M.measure, 1)
+    with pytest.raises(ValueError, match="sizes must be positive"):
+        distlab.launch(M.measure, 2, sizes=(0,))
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        distlab.launch(M.measure, 2, algorithms=("ring", "star"))
+
+
+def test_a_real_measurement_fits_a_link_and_times_every_algorithm():
+    sizes = (1_000, 20_000)
+    rec = distlab.launch(M.measure, 2, progress="none", sizes=sizes, repeats=3,
+                         ping_pong_bytes=(8, 8_000, 80_000, 800_000))
+    assert rec[0]["times"] == rec[1]["times"]                  # the slowest rank's time, on both
+    r = rec[0]
+    assert r["world_size"] == 2 and set(r["times"]) == {*ALGORITHMS, M.BASELINE}
+    for name, by_size in r["times"].items():
+        assert list(by_size) == list(sizes) and all(len(t) == 3 and min(t) > 0 for t in by_size.values())
+    link = M.fit_link(r["ping_pong"], r["add"])
+    assert 0 < link.alpha < 0.05 and 0 < link.beta < 1e-6 and link.gamma > 0
+    assert link.lanes == M.machine_lanes()
+    # the model orders what it must: a bigger tensor takes longer
+    assert M.predict_time("ring", 2, sizes[1], link) > M.predict_time("ring", 2, sizes[0], link)
