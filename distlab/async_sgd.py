@@ -1,0 +1,228 @@
+"""Asynchronous SGD with a parameter server: nobody waits for anybody else.
+
+Introduced in lesson 04 ("Keeping workers in sync").  Synchronous data parallelism makes
+every rank wait at every all-reduce for the slowest one.  The oldest way out (the
+parameter server of early large-scale training) is to stop waiting:
+
+- rank 0 is the **server**: it owns the parameters and a version number (how many
+  updates it has applied);
+- ranks 1..N-1 are **workers**, each with its own shard.  A worker *pulls* the current
+  parameters and their version, computes a gradient on its next mini-batch, *pushes* the
+  gradient together with the version it used, and pulls again;
+- the server applies each gradient the moment it arrives (plain SGD: p -= lr * g), from
+  whichever worker sent it, and answers that worker with the new parameters.
+
+The price: while a worker was computing, other workers' gradients moved the parameters,
+so its gradient was computed on an older version.  **Staleness** = the server's version
+when the gradient is applied minus the version it was computed on.  With one worker it is
+always 0 (that is plain SGD); with W workers of equal speed it is about W - 1; a slow
+worker's gradients are staler still.
+
+Everything goes over ``torch.distributed`` point-to-point messages: ``dist.recv`` without
+a source takes the next message from *any* worker and says who sent it.  Every receive is
+bounded by the process group's timeout (``launch(..., timeout=...)``).
+
+Messages (float64, so that version numbers travel exactly):
+server -> worker: ``[version, parameters...]``; worker -> server: ``[version used, loss,
+accuracy, gradient...]``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from .data import load_digits, rank_batch, shard_indices
+from .data_parallel import DTYPES, check_straggler, evaluate
+from .data_parallel import validate_args as validate_data_parallel
+from .models import build_model
+from .records import RankRecord, StepRecord
+
+SERVER = 0
+
+
+@dataclass
+class Update:
+    """One gradient applied by the server."""
+
+    version: int          # the server's version after applying it (1, 2, ...)
+    worker: int           # who sent it
+    version_used: int     # the version the worker computed it on
+    staleness: int        # updates applied in between: version - 1 - version_used
+    time: float           # time.time() when it was applied
+    loss: float           # the worker's mini-batch loss, at the version it used
+    accuracy: float       # the worker's mini-batch accuracy, at the version it used
+
+
+@dataclass
+class ServerRecord:
+    """What the parameter server hands back: every update, in the order applied."""
+
+    rank: int
+    world_size: int
+    config: dict
+    t_first: float                                  # when the server sent the first parameters
+    updates: list[Update] = field(default_factory=list)
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
+    test_accuracy: float = float("nan")
+    wall_time: float = 0.0
+    method: str = "parameter server"
+
+    @property
+    def staleness(self) -> list[int]:
+        return [u.staleness for u in self.updates]
+
+
+def validate_args(world_size: int, *, batch_size: int = 32, steps: int = 50, lr: float = 0.1,
+                  straggler=None, **kwargs) -> int:
+    """Check an asynchronous job before any process starts; return the per-worker batch."""
+    if world_size < 2:
+        raise ValueError(f"a parameter server needs world_size >= 2 (1 server + workers), "
+                         f"got {world_size}")
+    check_straggler(straggler, world_size)
+    if straggler is not None and straggler[0] == SERVER:
+        raise ValueError("the straggler must be a worker (rank 1 or above), not the server")
+    if not isinstance(lr, (int, float)) or lr <= 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    # the workers share the data exactly as world_size - 1 synchronous ranks would
+    return validate_data_parallel(world_size - 1, batch_size=batch_size, steps=steps, **kwargs)
+
+
+def train(worker, *, model: str = "mlp", width: int = 64, batch_size: int = 32, steps: int = 50,
+          lr: float = 0.1, seed: int = 0, dtype: str = "float32",
+          straggler: tuple[int, float] | None = None):
+    """Lesson 04: asynchronous SGD; rank 0 serves, ranks 1.. each push ``steps`` gradients.
+
+    Worker ``r`` trains on the shard and mini-batches of rank ``r - 1`` of a synchronous run
+    with ``world_size - 1`` ranks, so ``data_parallel.train`` on ``world_size - 1`` ranks
+    with the same ``batch_size``, ``seed`` and ``lr`` sees exactly the same data.
+    ``straggler=(rank, seconds)`` slows one worker down.  Returns a ``ServerRecord`` on
+    rank 0 and a ``RankRecord`` (``method="async"``) on the workers.
+    """
+    b = validate_args(worker.world_size, model=model, width=width, batch_size=batch_size,
+                      steps=steps, lr=lr, dtype=dtype, straggler=straggler)
+    config = dict(model=model, width=width, batch_size=b, steps=steps, lr=lr, seed=seed,
+                  dtype=dtype, straggler=straggler, workers=worker.world_size - 1)
+    net = build_model(model, width, seed=seed, dtype=DTYPES[dtype])
+    if worker.rank == SERVER:
+        return serve(worker, net, config)
+    return work(worker, net, config)
+
+
+def serve(worker, net, config) -> ServerRecord:
+    """The server: apply gradients as they come, answer each worker with fresh parameters."""
+    n_workers, steps, lr = worker.world_size - 1, config["steps"], config["lr"]
+    params = parameters_to_vector(net.parameters()).detach()
+    version = 0
+    record = ServerRecord(worker.rank, worker.world_size, config, t_first=time.time())
+    for w in range(1, worker.world_size):                  # everybody starts from version 0
+        dist.send(torch.cat([torch.tensor([version], dtype=torch.float64), params.double()]), w)
+    left = {w: steps for w in range(1, worker.world_size)}
+    inbox = torch.empty(3 + params.numel(), dtype=torch.float64)
+    for _ in range(n_workers * steps):
+        sender = dist.recv(inbox)                          # from whichever worker is first
+        used, loss, acc = int(inbox[0]), float(inbox[1]), float(inbox[2])
+        params -= lr * inbox[3:].to(params.dtype)          # plain SGD, on arrival
+        version += 1
+        record.updates.append(Update(version, sender, used, version - 1 - used, time.time(),
+                                     loss, acc))
+        left[sender] -= 1
+        if left[sender]:                                   # it still has work: send the news
+            dist.send(torch.cat([torch.tensor([version], dtype=torch.float64), params.double()]),
+                      sender)
+    record.wall_time = time.time() - record.t_first
+    vector_to_parameters(params, net.parameters())
+    data = load_digits(dtype=DTYPES[config["dtype"]])
+    record.test_accuracy = evaluate(net, data.x_test, data.y_test)
+    record.params = {n: p.detach().clone() for n, p in net.named_parameters()}
+    return record
+
+
+def work(worker, net, config) -> RankRecord:
+    """A worker: pull, compute a gradient, push; never waits for another worker."""
+    n_workers, b, steps, seed = worker.world_size - 1, config["batch_size"], config["steps"], config["seed"]
+    me = worker.rank - 1                                   # my shard among the workers
+    data = load_digits(dtype=DTYPES[config["dtype"]])
+    straggler = config["straggler"]
+    record = RankRecord(worker.rank, worker.world_size, worker.backend, "async", str(worker.device),
+                        config=config, shard=shard_indices(data.n_train, me, n_workers, seed=seed))
+    inbox = torch.empty(1 + sum(p.numel() for p in net.parameters()), dtype=torch.float64)
+    dist.recv(inbox, src=SERVER)                           # the first pull
+    t_first = time.time()
+    for step in range(steps):
+        version = inbox[0].item()
+        vector_to_parameters(inbox[1:].to(next(net.parameters()).dtype), net.parameters())
+        idx = rank_batch(data.n_train, me, n_workers, b, step, seed=seed)
+        x, y = data.x_train[idx], data.y_train[idx]
+        t0 = time.time()
+        out = net(x)
+        loss = F.cross_entropy(out, y)
+        net.zero_grad(set_to_none=False)
+        loss.backward()
+        if straggler is not None and worker.rank == straggler[0]:
+            time.sleep(straggler[1])                       # a slower machine
+        t1 = time.time()
+        acc = (out.argmax(1) == y).double().mean().item()
+        grad = torch.cat([p.grad.reshape(-1) for p in net.parameters()]).double()
+        dist.send(torch.cat([torch.tensor([version, loss.item(), acc], dtype=torch.float64), grad]),
+                  SERVER)                                  # push
+        if step + 1 < steps:
+            dist.recv(inbox, src=SERVER)                   # pull
+        t2 = time.time()
+        record.steps.append(StepRecord(step, loss.item(), acc, t0, t1, t1, t2, t2))
+        worker.progress(step + 1, steps, loss=loss.item())
+    record.wall_time = time.time() - t_first
+    return record
+
+
+train.validate_args = validate_args   # the launcher calls it before starting any process
+
+
+# -------------------------------------------------------------------------------------------
+# reading the records
+# -------------------------------------------------------------------------------------------
+def staleness_counts(server: ServerRecord) -> dict[int, int]:
+    """Lesson 04: how many applied gradients had staleness 0, 1, 2, ..."""
+    counts: dict[int, int] = {}
+    for s in server.staleness:
+        counts[s] = counts.get(s, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def curve_async(server: ServerRecord, window: int | None = None) -> dict[str, list[float]]:
+    """Lesson 04: loss and accuracy per update, against updates, samples seen and seconds.
+
+    Loss and accuracy are the workers' mini-batch values, averaged over a sliding ``window``
+    of updates (default: the number of workers, one "round"), so that they compare with a
+    synchronous step, which averages that many mini-batches.
+    """
+    window = window or server.config["workers"]
+    b = server.config["batch_size"]
+    ups = server.updates
+
+    def smooth(values):
+        return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+                for i in range(len(values))]
+
+    return dict(updates=[u.version for u in ups], samples=[u.version * b for u in ups],
+                seconds=[u.time - server.t_first for u in ups],
+                loss=smooth([u.loss for u in ups]), accuracy=smooth([u.accuracy for u in ups]))
+
+
+def curve_sync(records: list[RankRecord]) -> dict[str, list[float]]:
+    """Lesson 04: the same curves for a synchronous run: one update per step of all ranks.
+
+    The loss of a step is the mean of the ranks' mini-batch losses (the loss of the global
+    batch); seconds count from the first rank's first step.
+    """
+    n = min(len(r.steps) for r in records)
+    t0 = min(r.steps[0].t_start for r in records)
+    per_step = sum(r.config["batch_size"] for r in records)
+    return dict(updates=[s + 1 for s in range(n)], samples=[(s + 1) * per_step for s in range(n)],
+                seconds=[max(r.steps[s].t_end for r in records) - t0 for s in range(n)],
+                loss=[sum(r.steps[s].loss for r in records) / len(records) for s in range(n)],
+                accuracy=[sum(r.steps[s].accuracy for r in records) / len(records) for s in range(n)])
