@@ -43,6 +43,13 @@ def figure_png(fig: Figure, dpi: int = 80) -> bytes:
     return buf.getvalue()
 
 
+def show(fig: Figure) -> None:
+    """Lesson 00: display a figure in the notebook as a PNG image."""
+    from IPython.display import Image, display
+
+    display(Image(figure_png(fig), format="png"))
+
+
 def _show(out, fig: Figure) -> None:
     """Replace what the Output widget shows with this figure, as a PNG."""
     from IPython.display import Image
