@@ -159,7 +159,7 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
         t0 = time.time()
         out = net(x)
         loss = F.cross_entropy(out, y)
-        opt.zero_grad(set_to_none=False)
+        net.zero_grad(set_to_none=False)   # (Horovod 0.28's optimizer wrapper has no set_to_none)
         loss.backward()        # with DDP (and Horovod's optimizer) the averaging starts in here
         if straggler is not None and worker.rank == straggler[0]:
             time.sleep(straggler[1])   # lesson 04: a slower machine, seen as longer compute
