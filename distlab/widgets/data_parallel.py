@@ -13,14 +13,17 @@ Two widgets, each a row of controls above a picture:
 
 Figures are drawn with ``matplotlib.figure.Figure`` (not ``pyplot``) and shown as PNG
 images inside an ``ipywidgets.Output``: nothing leaks into the cell as ``<Figure ...>``
-text, and a saved notebook keeps the picture even when no kernel is running.
+text.  A ``PictureBox`` also puts its first picture into the cell's output as a plain PNG,
+so a saved notebook shows it in viewers that cannot run widgets.
 """
 from __future__ import annotations
 
 import io
 
+import ipywidgets as W
 import numpy as np
 import torch
+from IPython.display import Image, display
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -45,15 +48,30 @@ def figure_png(fig: Figure, dpi: int = 80) -> bytes:
 
 def show(fig: Figure) -> None:
     """Lesson 00: display a figure in the notebook as a PNG image."""
-    from IPython.display import Image, display
-
     display(Image(figure_png(fig), format="png"))
+
+
+class PictureBox(W.VBox):
+    """Controls above a picture.  Live front-ends show the widget; others get its picture.
+
+    A cell's output carries several forms of the same thing; JupyterLab prefers the live
+    widget, a viewer without widgets (or a test runner) takes the PNG and the text line.
+    """
+
+    def __init__(self, controls, out, *rest, summary: str = ""):
+        super().__init__([W.HBox(controls), out, *rest])
+        self.out, self.summary = out, summary
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = self.summary
+        if self.out.outputs:
+            bundle["image/png"] = self.out.outputs[0]["data"]["image/png"]
+        return bundle
 
 
 def _show(out, fig: Figure) -> None:
     """Replace what the Output widget shows with this figure, as a PNG."""
-    from IPython.display import Image
-
     out.outputs = ()
     out.append_display_data(Image(figure_png(fig), format="png"))
 
@@ -122,8 +140,7 @@ def partition_figure(digits, shards, *, title: str = "", thumbnails: int = 12) -
 def _thumbnail_row(ax, digits, indices, colour: str) -> None:
     """Digits side by side, each outlined in ``colour`` and labelled with its index."""
     side, pad = digits.side, 2
-    k = len(indices)
-    strip = np.full((side + 2 * pad, k * (side + 2 * pad)), np.nan)
+    strip = np.full((side + 2 * pad, len(indices) * (side + 2 * pad)), np.nan)
     for j, i in enumerate(indices.tolist()):
         x0 = j * (side + 2 * pad) + pad
         strip[pad:pad + side, x0:x0 + side] = digits.x_train[i, 0].numpy()
@@ -135,8 +152,7 @@ def _thumbnail_row(ax, digits, indices, colour: str) -> None:
     ax.set_ylim(side + 2 * pad + 3, -0.5)
     ax.set_xticks([])
     ax.set_yticks([])
-    for spine in ax.spines.values():
-        spine.set_visible(False)
+    ax.spines[:].set_visible(False)
 
 
 def partition_widget(digits=None, world_size: int = 2, *, epoch: int = 0, seed: int = 0,
@@ -147,8 +163,6 @@ def partition_widget(digits=None, world_size: int = 2, *, epoch: int = 0, seed: 
     exactly what every rank of ``distlab.data_parallel.train`` computes for itself, with
     no communication: all ranks shuffle with the same seed, then take every N-th index.
     """
-    import ipywidgets as W
-
     from ..data import load_digits, shard_indices
 
     digits = load_digits() if digits is None else digits
@@ -171,7 +185,8 @@ def partition_widget(digits=None, world_size: int = 2, *, epoch: int = 0, seed: 
     n_slider.observe(redraw, names="value")
     e_slider.observe(redraw, names="value")
     redraw()
-    return W.VBox([W.HBox([n_slider, e_slider]), out])
+    return PictureBox([n_slider, e_slider], out,
+                      summary=f"partition widget: sliders for workers N and epoch (seed {seed})")
 
 
 # ------------------------------------------------------------------------------------------
@@ -243,9 +258,8 @@ def gradient_figure(records, reference, step: int, layer: str) -> Figure:
         if p.shape[0] > 1:
             ax.set_ylabel(f"{p.shape[0]} units", fontsize=9)
         if name.startswith("rank"):
-            for spine in ax.spines.values():
-                spine.set_edgecolor(rank_colour(int(name.split()[1])))
-                spine.set_linewidth(3)
+            ax.spines[:].set_edgecolor(rank_colour(int(name.split()[1])))
+            ax.spines[:].set_linewidth(3)
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="gradient value")
     fig.suptitle(f"gradient of {layer} {tuple(grads['average'].shape)} at step {step}", fontsize=11)
     return fig
@@ -271,8 +285,6 @@ def gradient_widget(records, reference=None, *, step: int | None = None, layer: 
     ``reference`` is ``train_single(world_size=N, ...)`` with the same settings (or None).
     Below the picture, the largest differences are printed.
     """
-    import ipywidgets as W
-
     step, layer = _defaults(records, step, layer)
     gradients_at(records, reference, step, layer)   # bad input fails here, before any control exists
     steps = sorted(set.intersection(*(set(r.grads) for r in records)))
@@ -289,18 +301,16 @@ def gradient_widget(records, reference=None, *, step: int | None = None, layer: 
     step_box.observe(redraw, names="value")
     layer_box.observe(redraw, names="value")
     redraw()
-    return W.VBox([W.HBox([step_box, layer_box]), out, line])
+    return PictureBox([step_box, layer_box], out, line,
+                      summary=f"gradient widget: {len(records)} ranks, steps {steps}, choose a layer")
 
 
 def _defaults(records, step, layer):
     """The first recorded step and layer when none is asked for."""
-    if not records:
-        raise ValueError("no records: pass the list that distlab.launch returned")
-    if step is None:
-        recorded = sorted(records[0].grads)
-        if not recorded:
-            raise ValueError("these records hold no gradients; train with record_grads_at=[...]")
-        step = recorded[0]
+    if not records or not records[0].grads:
+        raise ValueError("no recorded gradients: pass the records distlab.launch returned for "
+                         "train(..., record_grads_at=[...])")
+    step = min(records[0].grads) if step is None else step
     if layer is None and step in records[0].grads:
         layer = next(iter(records[0].grads[step]))
     return step, layer
