@@ -119,19 +119,20 @@ def train(worker, *, k: int = 4, average: str = "parameters", model: str = "mlp"
 train.validate_args = validate_args
 
 
-def train_each_k(worker, *, ks=(1, 4, 16), **kwargs) -> list[RankRecord]:
-    """Lesson 04: ``train`` once for every k in ``ks``, in one launch (start-up costs seconds)."""
-    return [train(worker, k=k, **kwargs) for k in ks]
+def train_each(worker, *, runs: list[dict], **common) -> list[RankRecord]:
+    """Lesson 04: ``train`` once per entry of ``runs`` (e.g. ``[dict(k=1), dict(k=16)]``), in
+    one launch, because starting processes costs seconds.  Each entry overrides ``common``."""
+    return [train(worker, **{**common, **run}) for run in runs]
 
 
-def _validate_each_k(world_size: int, *, ks=(1, 4, 16), **kwargs) -> None:
-    if not ks:
-        raise ValueError("ks must name at least one k")
-    for k in ks:
-        validate_args(world_size, k=k, **kwargs)
+def _validate_each(world_size: int, *, runs: list[dict], **common) -> None:
+    if not runs or not all(isinstance(run, dict) for run in runs):
+        raise ValueError("runs must be a non-empty list of dicts, e.g. [dict(k=1), dict(k=4)]")
+    for run in runs:
+        validate_args(world_size, **{**common, **run})
 
 
-train_each_k.validate_args = _validate_each_k
+train_each.validate_args = _validate_each
 
 
 # -------------------------------------------------------------------------------------------

@@ -59,14 +59,6 @@ def test_the_others_wait_for_a_straggler(straggler_runs):
     assert distlab.throughput(slow) < distlab.throughput(plain)
 
 
-def test_waiting_grows_with_the_delay():
-    """Two delays in one comparison: a longer delay makes the others wait longer."""
-    small = distlab.launch(dp.train, world_size=2, steps=12, straggler=(1, 0.02), **COMMON)
-    large = distlab.launch(dp.train, world_size=2, steps=12, straggler=(1, 0.08), **COMMON)
-    gap = tl.mean_wait(large)[0] - tl.mean_wait(small)[0]
-    assert gap > 0.5 * (0.08 - 0.02), (tl.mean_wait(small), tl.mean_wait(large))
-
-
 def test_timeline_widget_draws_records_and_has_a_static_picture(straggler_runs):
     _, slow = straggler_runs
     bars = tl.phases(slow[0], tl.waits(slow)[0])
@@ -82,8 +74,9 @@ def test_timeline_widget_draws_records_and_has_a_static_picture(straggler_runs):
     assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["image/png"]
     first = bytes(view.image.value)
     assert first.startswith(b"\x89PNG")
-    view.slider.value = (10, 15)                   # moving the slider redraws
-    assert view.steps == (10, 15) and bytes(view.image.value) != first
+    view.control.value = (10, 15)                  # moving the slider redraws
+    assert repr(view) == "<timeline of 3 ranks, steps 10-15 of 16>"
+    assert bytes(view.image.value) != first
     with pytest.raises(ValueError, match="steps must satisfy"):
         tl.timeline_figure(slow, (5, 99))
 
@@ -142,6 +135,20 @@ def test_async_workers_see_the_synchronous_data_and_learn(async_run):
     assert "server exchange" in {b["phase"] for b in tl.phases(async_run[1])}
 
 
+def test_sync_and_async_pictures(async_run, straggler_runs):
+    plain, _ = straggler_runs
+    view = tl.convergence_widget(plain, async_run[0])
+    assert repr(view) == "<loss and accuracy against samples: synchronous vs asynchronous>"
+    first = bytes(view.image.value)
+    view.control.value = "seconds"
+    assert bytes(view.image.value) != first
+    fig = tl.convergence_figure(plain, async_run[0], "updates")
+    assert [a.get_ylabel() for a in fig.axes] == ["mini-batch loss", "mini-batch accuracy"]
+    assert len(fig.axes[0].lines[1].get_xdata()) == 120 and len(fig.axes[0].lines[0].get_xdata()) == 16
+    bars = tl.staleness_figure(async_run[0]).axes[0].patches
+    assert sum(b.get_height() for b in bars) == 120
+
+
 def test_async_with_one_worker_is_plain_sgd():
     records = distlab.launch(async_sgd.train, world_size=2, steps=20, dtype="float64", **COMMON)
     assert async_sgd.staleness_counts(records[0]) == {0: 20}
@@ -170,8 +177,9 @@ def test_gradient_accumulation_equals_one_step_at_k_times_the_batch():
 
 def test_local_sgd_talks_every_k_steps():
     ks = (1, 4, 16)
-    records = distlab.launch(local_sgd.train_each_k, world_size=2, ks=ks, average="parameters",
-                             batch_size=16, steps=32, lr=0.3, seed=0, progress="none")
+    records = distlab.launch(local_sgd.train_each, world_size=2, runs=[dict(k=k) for k in ks],
+                             average="parameters", batch_size=16, steps=32, lr=0.3, seed=0,
+                             progress="none")
     runs = {k: [records[0][i], records[1][i]] for i, k in enumerate(ks)}
     # k = 1 is synchronous SGD: averaging parameters after each step = averaging gradients
     sync = dp.train_single(world_size=2, batch_size=16, steps=32, lr=0.3, seed=0)
@@ -189,3 +197,7 @@ def test_bad_local_sgd_jobs_fail_before_start():
                       (dict(k=3, average="gradients", steps=16), "multiple of k")]:
         with pytest.raises(ValueError, match=match):
             distlab.launch(local_sgd.train, world_size=2, **{"steps": 12, **kw}, progress="none")
+    with pytest.raises(ValueError, match="positive integer"):
+        distlab.launch(local_sgd.train_each, world_size=2, runs=[dict(k=2), dict(k=-1)], progress="none")
+    with pytest.raises(ValueError, match="non-empty list"):
+        distlab.launch(local_sgd.train_each, world_size=2, runs=[], progress="none")

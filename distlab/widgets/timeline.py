@@ -20,6 +20,10 @@ Asynchronous workers (``method="async"``, lesson 04's parameter server) never me
 others; their communication bar is their exchange with the server (push a gradient, get
 the new parameters back), drawn in its own colour.
 
+The lesson's other pictures live here too: ``convergence_figure`` (loss and accuracy of a
+synchronous and an asynchronous run against updates, samples or seconds) and
+``staleness_figure`` (how old the asynchronous gradients were).
+
 Like every widget in distlab, this module only reads records; it never trains.
 """
 from __future__ import annotations
@@ -96,7 +100,10 @@ def timeline_figure(records, steps: tuple[int, int] | None = None, title: str | 
     """Lesson 04: one row per rank, bars for compute / waiting / all-reduce, steps ``first..last``.
 
     Returns a matplotlib ``Figure`` (not attached to pyplot, so nothing leaks into a cell).
-    The x axis is milliseconds since the first shown step started on any rank.
+    The x axis is milliseconds since the first shown step started on any rank.  Asynchronous
+    workers do not keep step with each other, so for them the picture shows everything that
+    happened between the start of step ``first`` and the end of step ``last`` on any worker
+    (a fast worker fits many steps into a slow one's few).
     """
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -105,8 +112,8 @@ def timeline_figure(records, steps: tuple[int, int] | None = None, title: str | 
     first, last = steps if steps is not None else (0, n_steps - 1)
     if not 0 <= first <= last < n_steps:
         raise ValueError(f"steps must satisfy 0 <= first <= last < {n_steps}, got {steps!r}")
-    shown = {s.step for s in records[0].steps[first:last + 1]}
-    origin = min(s.t_start for r in records for s in r.steps[first:last + 1])
+    origin = min(r.steps[first].t_start for r in records)
+    end = max(r.steps[last].t_end for r in records)
     fig = Figure(figsize=(9, 0.7 + 0.55 * len(records)), layout="constrained")
     ax = fig.add_subplot()
     synchronous = all(r.method != "async" for r in records)
@@ -114,11 +121,14 @@ def timeline_figure(records, steps: tuple[int, int] | None = None, title: str | 
     used = set()
     for row, record in enumerate(records):
         for bar in phases(record, w[row]):
-            if bar["step"] not in shown or bar["end"] <= bar["start"]:
+            if synchronous and not first <= bar["step"] <= last:
+                continue
+            a, b = max(bar["start"], origin), min(bar["end"], end)   # clip to the window
+            if b <= a:
                 continue
             used.add(bar["phase"])
-            ax.broken_barh([((bar["start"] - origin) * 1e3, (bar["end"] - bar["start"]) * 1e3)],
-                           (row - 0.35, 0.7), color=COLOURS[bar["phase"]])
+            ax.broken_barh([((a - origin) * 1e3, (b - a) * 1e3)], (row - 0.35, 0.7),
+                           color=COLOURS[bar["phase"]])
     ax.set_yticks(range(len(records)), [f"rank {r.rank}" for r in records])
     ax.invert_yaxis()
     ax.set_xlabel("time since the first shown step started (ms)")
@@ -138,36 +148,34 @@ def figure_png(fig) -> bytes:
     return buf.getvalue()
 
 
-class TimelineView:
-    """A step-range slider above the timeline picture.
+def as_image(fig):
+    """A figure as an IPython ``Image``: shows the picture in a cell, plain text elsewhere."""
+    from IPython.display import Image
+
+    return Image(figure_png(fig))
+
+
+class PictureView:
+    """A control (slider, buttons) above a picture that is redrawn whenever it moves.
 
     Displayed in a notebook it offers the live widget *and* a PNG of the current picture,
     so that viewers without a widget manager (GitHub, nbviewer, a test) still see it.
+    ``draw(value)`` returns a figure; ``describe(value)`` the text shown as plain output.
     """
 
-    def __init__(self, records, steps: tuple[int, int] | None = None, title: str | None = None):
+    def __init__(self, control, draw, describe):
         import ipywidgets as W
 
-        self.records, self.title = records, title
-        n_steps = min(len(r.steps) for r in records)
-        self.steps = steps if steps is not None else (min(1, n_steps - 1), min(8, n_steps - 1))
-        self.slider = W.IntRangeSlider(value=self.steps, min=0, max=n_steps - 1,
-                                       description="steps", continuous_update=False,
-                                       layout=W.Layout(width="60%"))
-        self.image = W.Image(format="png", value=self.png())
-        self.slider.observe(self._redraw, names="value")
-        self.box = W.VBox([self.slider, self.image])
-
-    def png(self) -> bytes:
-        return figure_png(timeline_figure(self.records, self.steps, self.title))
+        self.control, self.draw, self.describe = control, draw, describe
+        self.image = W.Image(format="png", value=figure_png(draw(control.value)))
+        control.observe(self._redraw, names="value")
+        self.box = W.VBox([control, self.image])
 
     def _redraw(self, change) -> None:
-        self.steps = tuple(change["new"])
-        self.image.value = self.png()
+        self.image.value = figure_png(self.draw(change["new"]))
 
     def __repr__(self) -> str:
-        return (f"<timeline of {len(self.records)} ranks, steps {self.steps[0]}-{self.steps[1]} "
-                f"of {self.slider.max + 1}>")
+        return self.describe(self.control.value)
 
     def _repr_mimebundle_(self, **kwargs):
         data = self.box._repr_mimebundle_(**kwargs)
@@ -178,4 +186,75 @@ class TimelineView:
 
 def timeline_widget(records, steps: tuple[int, int] | None = None, title: str | None = None):
     """Lesson 04: the timeline with a step-range slider (static PNG for viewers without widgets)."""
-    return TimelineView(records, steps, title)
+    import ipywidgets as W
+
+    n = min(len(r.steps) for r in records)
+    slider = W.IntRangeSlider(value=steps or (min(1, n - 1), min(8, n - 1)), min=0, max=n - 1,
+                              description="steps", continuous_update=False,
+                              layout=W.Layout(width="60%"))
+    return PictureView(slider, lambda v: timeline_figure(records, tuple(v), title),
+                       lambda v: f"<timeline of {len(records)} ranks, steps {v[0]}-{v[1]} of {n}>")
+
+
+# -------------------------------------------------------------------------------------------
+# synchronous against asynchronous SGD
+# -------------------------------------------------------------------------------------------
+X_AXES = {"updates": "updates applied", "samples": "training samples used",
+          "seconds": "seconds since training started"}
+
+
+def convergence_figure(sync_records, server, x: str = "samples"):
+    """Lesson 04: mini-batch loss and accuracy of a synchronous and an asynchronous run.
+
+    ``x`` is "updates", "samples" or "seconds".  Curves come from
+    ``async_sgd.curve_sync`` and ``async_sgd.curve_async`` (read the records, nothing else).
+    """
+    from matplotlib.figure import Figure
+
+    from ..async_sgd import curve_async, curve_sync
+
+    if x not in X_AXES:
+        raise ValueError(f"x must be one of {sorted(X_AXES)}, got {x!r}")
+    runs = [(f"synchronous: {len(sync_records)} ranks, all-reduce "
+             f"(test accuracy {sync_records[0].test_accuracy:.2f})", curve_sync(sync_records), "#0072B2"),
+            (f"asynchronous: {server.config['workers']} workers + server "
+             f"(test accuracy {server.test_accuracy:.2f})", curve_async(server), "#D55E00")]
+    fig = Figure(figsize=(9, 3.2), layout="constrained")
+    for i, metric in enumerate(("loss", "accuracy")):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for label, curve, colour in runs:
+            ax.plot(curve[x], curve[metric], color=colour, label=label)
+        ax.set_xlabel(X_AXES[x])
+        ax.set_ylabel(f"mini-batch {metric}")
+    fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize=8)
+    return fig
+
+
+def convergence_widget(sync_records, server, x: str = "samples"):
+    """Lesson 04: ``convergence_figure`` with buttons to switch the x axis."""
+    import ipywidgets as W
+
+    buttons = W.ToggleButtons(options=list(X_AXES), value=x, description="x axis")
+    return PictureView(buttons, lambda v: convergence_figure(sync_records, server, v),
+                       lambda v: f"<loss and accuracy against {v}: synchronous vs asynchronous>")
+
+
+def staleness_figure(server):
+    """Lesson 04: how stale the applied gradients were, one group of bars per worker."""
+    from matplotlib.figure import Figure
+
+    workers = sorted({u.worker for u in server.updates})
+    top = max(server.staleness)
+    fig = Figure(figsize=(7, 2.8), layout="constrained")
+    ax = fig.add_subplot()
+    width = 0.8 / len(workers)
+    palette = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]
+    for i, w in enumerate(workers):
+        mine = [u.staleness for u in server.updates if u.worker == w]
+        counts = [mine.count(s) for s in range(top + 1)]
+        ax.bar(np.arange(top + 1) + (i - (len(workers) - 1) / 2) * width, counts, width,
+               color=palette[i % len(palette)], label=f"worker {w} (mean {np.mean(mine):.1f})")
+    ax.set_xlabel("staleness (updates applied between pull and push)")
+    ax.set_ylabel("gradients")
+    ax.legend(fontsize=9, frameon=False)
+    return fig
