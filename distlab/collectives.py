@@ -311,13 +311,17 @@ def demo_values(rank: int, numel: int) -> torch.Tensor:
 
 def trace(worker, algorithms=tuple(ALGORITHMS), numel: int = 8) -> dict:
     """Lesson 03 (worker): run each algorithm once on ``demo_values``, recording every message
-    with its values; returns ``{algorithm: {"input", "result", "log"}}`` for this rank."""
+    with its values; returns ``{algorithm: {"input", "result", "dist", "log"}}`` for this rank,
+    where ``"dist"`` is what ``dist.all_reduce`` made of the same input."""
     _check_torchrun(worker)
     out = {}
     for algorithm in algorithms:
         x = demo_values(worker.rank, numel)
+        expected = x.clone()
+        dist.all_reduce(expected)
         result, log = all_reduce(x.clone(), "sum", algorithm, trace_values=True)
-        out[algorithm] = {"input": x.tolist(), "result": result.tolist(), "log": log}
+        out[algorithm] = {"input": x.tolist(), "result": result.tolist(), "dist": expected.tolist(),
+                          "log": log}
     return out
 
 
@@ -339,5 +343,6 @@ def merge_traces(records: list[dict]) -> dict:
     return {a: {"algorithm": a, "world_size": world,
                 "inputs": [r[a]["input"] for r in records],
                 "results": [r[a]["result"] for r in records],
+                "dist_results": [r[a]["dist"] for r in records],
                 "messages": merge_logs([r[a]["log"] for r in records])}
             for a in records[0]}

@@ -204,7 +204,8 @@ def _time_add(sizes, dtype, repeats) -> dict:
 
 def measure(worker, sizes=(1_000, 10_000, 100_000, 1_000_000), algorithms=(*ALGORITHMS, BASELINE),
             dtype: str = "float32", repeats: int | None = None,
-            ping_pong_bytes=(8, 800, 8_000, 80_000, 800_000, 8_000_000, 40_000_000), seed: int = 0) -> dict:
+            ping_pong_bytes=(8, 800, 8_000, 80_000, 800_000, 8_000_000, 40_000_000),
+            ping_pong_repeats: int = 20, seed: int = 0) -> dict:
     """Lesson 03 (worker): a ping-pong, an add, then every algorithm timed side by side.
 
     Algorithms take turns (the order rotates every repetition) on a freshly copied tensor
@@ -214,9 +215,9 @@ def measure(worker, sizes=(1_000, 10_000, 100_000, 1_000_000), algorithms=(*ALGO
     """
     _check_torchrun(worker)
     torch_dtype = DTYPES[dtype]
-    ping = _ping_pong(worker.rank, ping_pong_bytes, 20) if worker.world_size > 1 else None
+    ping = _ping_pong(worker.rank, ping_pong_bytes, ping_pong_repeats)
     itemsize = torch.empty(0, dtype=torch_dtype).element_size()
-    add = _time_add([b // itemsize for b in ping_pong_bytes if b >= 80_000], torch_dtype, 10)
+    add = _time_add([b // itemsize for b in ping_pong_bytes if b >= 80_000], torch_dtype, ping_pong_repeats)
     times = {a: {} for a in algorithms}
     for numel in sizes:
         g = torch.Generator().manual_seed(seed + worker.rank)
@@ -266,3 +267,17 @@ measure.validate_args = measure_args
 def best(times: list[float]) -> float:
     """The fastest repetition: on a shared machine, the one least disturbed by others."""
     return min(times)
+
+
+def compare(measurement: dict, link: Link) -> list[dict]:
+    """Lesson 03: measured (best repetition) next to predicted, per algorithm and size."""
+    world, itemsize = measurement["world_size"], DTYPES[measurement["dtype"]].itemsize
+    rows = []
+    for algorithm, by_size in measurement["times"].items():
+        for numel, times in by_size.items():
+            row = {"algorithm": algorithm, "world_size": world, "numel": numel, "measured": best(times)}
+            if algorithm != BASELINE:
+                row["predicted"] = predict_time(algorithm, world, numel, link, itemsize)
+                row["ratio"] = row["predicted"] / row["measured"]
+            rows.append(row)
+    return rows

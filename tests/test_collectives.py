@@ -119,6 +119,7 @@ def test_trace_records_the_numbers_each_message_carried(run):
     for name, t in trace.items():
         assert t["world_size"] == n
         assert all(res == total for res in t["results"]), name       # e.g. 1111, 2222, ... for 4 ranks
+        assert t["dist_results"] == t["results"], name
         for m in t["messages"]:
             assert m["bytes"] == 8 * len(m["values"])
             if m["phase"] in M.REDUCING:

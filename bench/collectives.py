@@ -1,0 +1,88 @@
+"""Benchmark for issue #4: the hand-written all-reduces against gloo's, and against the model.
+
+For 2 and 4 ranks, one launch each runs ``distlab.cost_model.measure``: a ping-pong and an
+add (to fit the alpha-beta model), then naive, parameter server, ring, tree and gloo's
+``dist.all_reduce`` on 1e3 .. 1e7 float32 numbers, taking turns (the order rotates every
+repetition) after a barrier, the slowest rank's time per repetition, the best repetition
+per algorithm (on a shared machine, the one least disturbed by others).
+
+Prints a table, then one GOAL line per goal:
+
+- ``ring_vs_gloo_<N>r_<size>``: ring time / gloo time, goal <= 1.2, at 1e6 and 1e7 floats;
+- ``model_vs_measured_<algorithm>_<N>r_<size>``: predicted / measured, goal within
+  0.75..1.25, at 1e6 and 1e7 floats (where bandwidth, not noise, decides).
+
+Exits 0 whatever the result.  ``--quick`` measures up to 1e6 floats only (a smoke test).
+"""
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import distlab  # noqa: E402
+from distlab import cost_model  # noqa: E402
+from distlab.collectives import ALGORITHMS  # noqa: E402
+
+SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+GOAL_SIZES = (1_000_000, 10_000_000)
+RING_LIMIT, MODEL_BAND = 1.2, (0.75, 1.25)
+
+
+def label(numel: int) -> str:
+    return f"1e{len(str(numel)) - 1}"
+
+
+def run(world: int, sizes) -> dict:
+    t0 = time.time()
+    m = distlab.launch(cost_model.measure, world, progress="none", timeout=120, sizes=sizes)[0]
+    link = cost_model.fit_link(m["ping_pong"], m["add"])
+    print(f"\n{world} ranks ({time.time() - t0:.0f} s): {link}")
+    pp = m["ping_pong"]
+    print("ping-pong one-way, measured / alpha + b beta: " + ", ".join(
+        f"{b:,} B {s * 1e6:.0f}/{(link.alpha + b * link.beta) * 1e6:.0f} us" for b, s in zip(pp["bytes"], pp["seconds"])))
+    print(f"{'floats':>8} {'gloo ms':>9} " + " ".join(f"{a[:12]:>24}" for a in ALGORITHMS))
+    print(f"{'':>8} {'':>9} " + " ".join(f"{'ms  x gloo  model/meas':>24}" for _ in ALGORITHMS))
+    rows = {(r["algorithm"], r["numel"]): r for r in cost_model.compare(m, link)}
+    for numel in sizes:
+        gloo = rows[cost_model.BASELINE, numel]["measured"]
+        cells = [f"{rows[a, numel]['measured'] * 1e3:9.2f} {rows[a, numel]['measured'] / gloo:5.2f} "
+                 f"{rows[a, numel]['ratio']:8.2f}" for a in ALGORITHMS]
+        print(f"{label(numel):>8} {gloo * 1e3:9.2f} " + " ".join(f"{c:>24}" for c in cells))
+    return rows
+
+
+def goal(name: str, value: float, ok: bool, op: str, target: str) -> None:
+    print(f"GOAL {name} {value:.2f} {op} {target} {'PASS' if ok else 'MISS'}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="sizes up to 1e6 floats only")
+    args = parser.parse_args()
+    sizes = SIZES[:-1] if args.quick else SIZES
+    t0 = time.time()
+    results = {world: run(world, sizes) for world in (2, 4)}
+    print(f"\ntotal {time.time() - t0:.0f} s")
+    for world, rows in results.items():
+        for numel in GOAL_SIZES:
+            if numel not in sizes:
+                continue
+            ratio = rows["ring", numel]["measured"] / rows[cost_model.BASELINE, numel]["measured"]
+            goal(f"ring_vs_gloo_{world}r_{label(numel)}", ratio, ratio <= RING_LIMIT, "<=", f"{RING_LIMIT}")
+    lo, hi = MODEL_BAND
+    for world, rows in results.items():
+        for algorithm in ALGORITHMS:
+            for numel in GOAL_SIZES:
+                if numel not in sizes:
+                    continue
+                ratio = rows[algorithm, numel]["ratio"]
+                goal(f"model_vs_measured_{algorithm}_{world}r_{label(numel)}", ratio, lo <= ratio <= hi,
+                     "within", f"{lo}..{hi}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""Pictures for lesson 03 (combining gradients), drawn from the message logs of real runs.
+
+Introduced in ``notebooks/03_combining_gradients.ipynb``.
+
+- ``animation(trace)``: step through an all-reduce.  One row per rank, one cell per number
+  of its tensor; a cell's colours are the ranks whose numbers are already added into it
+  (worked out by replaying the real message log), its text is the number the rank really
+  held (recorded on the rank).  Arrows are that step's messages, labelled with the chunk
+  and the bytes.  The ring shows its chunks filling in; the parameter server its fan-in
+  and fan-out.
+- ``cost_explorer(link, measurements)``: bytes per rank, time against tensor size and
+  time against N for each algorithm, from the alpha-beta model, with measured times on top.
+
+Each view is a live widget *and*, for viewers without a widget manager (nbval, GitHub,
+nbviewer), a PNG plus a plain-text account.  Like every widget in distlab, this module only
+reads records; it never runs a collective.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import math
+
+from matplotlib.figure import Figure
+from matplotlib.patheffects import withStroke
+from matplotlib.collections import PatchCollection
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from .. import cost_model as M
+from ..collectives import ALGORITHMS, PHASE_ORDER, bytes_sent
+
+# Okabe & Ito's palette: distinct for the common colour-vision deficiencies.
+RANK_COLOURS = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
+ALGORITHM_STYLE = {"naive": ("#D55E00", "s", ":"), "parameter_server": ("#CC79A7", "^", "--"),
+                   "ring": ("#0072B2", "o", "-"), "tree": ("#009E73", "D", "-."),
+                   M.BASELINE: ("#000000", "x", "")}
+EXPLAIN = {"reduce": "partial sums travel towards rank 0 and are added",
+           "push": "every worker pushes its whole tensor to the server (rank 0), which adds them",
+           "reduce-scatter": "each rank adds the chunk it receives into its own",
+           "all-gather": "finished chunks travel on and are stored",
+           "pull": "the server sends the sum back to every worker",
+           "broadcast": "the sum travels out and is stored"}
+
+
+def figure_png(fig: Figure, dpi: int = 80) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# replaying a trace
+# ---------------------------------------------------------------------------------------------
+def frames(trace: dict) -> list[dict]:
+    """The state of every rank before the first step and after each step of a merged trace.
+
+    ``values[r][i]`` is the number rank r held (the recorded ``after`` of the last message
+    it received, else its input); ``who[r][i]`` the ranks whose input is added into it.
+    """
+    n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
+    starts = [0]
+    for size in M.chunk_sizes(numel, n_ranks):
+        starts.append(starts[-1] + size)
+    values = [list(v) for v in trace["inputs"]]
+    who = [[{r} for _ in range(numel)] for r in range(n_ranks)]
+    out = [{"phase": "start", "step": None, "messages": [], "values": [list(v) for v in values],
+            "who": [[set(s) for s in row] for row in who]}]
+    steps = sorted({(PHASE_ORDER.index(m["phase"]), m["step"]) for m in trace["messages"]})
+    for phase_index, step in steps:
+        phase = PHASE_ORDER[phase_index]
+        messages = [m for m in trace["messages"] if m["phase"] == phase and m["step"] == step]
+        before = [[set(s) for s in row] for row in who]
+        for m in messages:
+            cells = range(numel) if m["chunk"] is None else range(starts[m["chunk"]], starts[m["chunk"] + 1])
+            for i, value in zip(cells, m["after"]):
+                values[m["dst"]][i] = value
+                who[m["dst"]][i] = (who[m["dst"]][i] | before[m["src"]][i] if phase in M.REDUCING
+                                    else set(before[m["src"]][i]))
+        out.append({"phase": phase, "step": step, "messages": messages,
+                    "values": [list(v) for v in values], "who": [[set(s) for s in row] for row in who]})
+    return out
+
+
+def frame_title(trace: dict, frame: dict) -> str:
+    name = trace["algorithm"].replace("_", " ")
+    if frame["phase"] == "start":
+        return f"{name}, {trace['world_size']} ranks: every rank starts with its own numbers"
+    total = 1 + max(m["step"] for m in trace["messages"] if m["phase"] == frame["phase"])
+    return f"{frame['phase']} step {frame['step'] + 1} of {total}: {EXPLAIN[frame['phase']]}"
+
+
+def _number(v: float) -> str:
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.3g}"
+
+
+def describe(trace: dict) -> str:
+    """The whole animation as text: what each rank holds after each step."""
+    n_ranks = trace["world_size"]
+    sent = bytes_sent(trace["messages"], n_ranks)
+    lines = [f"{trace['algorithm']} all-reduce on {n_ranks} ranks: {len(trace['messages'])} messages, "
+             f"bytes sent per rank {sent}"]
+    for f in frames(trace):
+        lines.append(frame_title(trace, f))
+        lines += [f"  rank {r}: " + " ".join(_number(v) for v in f["values"][r]) for r in range(n_ranks)]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# drawing one frame, and all of them
+# ---------------------------------------------------------------------------------------------
+def draw_frame(ax, trace: dict, frame: dict, changed: set | None = None) -> None:
+    """One state: rows of cells (colours = contributing ranks, text = the number), arrows = messages."""
+    n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
+    bounds = [sum(M.chunk_sizes(numel, n_ranks)[:c]) for c in range(1, n_ranks)]
+    bars, colours, cells, widths = [], [], [], []          # drawn as two collections: fast
+    for r in range(n_ranks):
+        y = n_ranks - 1 - r
+        ax.text(-0.25, y + 0.5, f"rank {r}", ha="right", va="center", fontsize=9, fontweight="bold")
+        bars.append(Rectangle((-0.22, y + 0.1), 0.12, 0.8))
+        colours.append(RANK_COLOURS[r % 8])
+        for i in range(numel):
+            ranks = sorted(frame["who"][r][i])
+            for k, source in enumerate(ranks):     # the bottom of the cell: one colour per contributor
+                bars.append(Rectangle((i + k / len(ranks), y + 0.05), 1 / len(ranks), 0.38))
+                colours.append(RANK_COLOURS[source % 8])
+            cells.append(Rectangle((i, y + 0.05), 1, 0.9))
+            widths.append(2.4 if (r, i) in (changed or ()) else 0.6)
+            ax.text(i + 0.5, y + 0.68, _number(frame["values"][r][i]), ha="center", va="center", fontsize=8)
+        if trace["algorithm"] == "ring":
+            for b in bounds:
+                ax.plot([b, b], [y, y + 1], color="black", lw=2.5)
+    ax.add_collection(PatchCollection(bars, facecolors=colours, linewidths=0))
+    ax.add_collection(PatchCollection(cells, facecolors="none", edgecolors="black", linewidths=widths))
+    for m in frame["messages"]:                           # arrows on the right, one per message
+        y_src, y_dst = n_ranks - 0.5 - m["src"], n_ranks - 0.5 - m["dst"]
+        bend = 0.35 + 0.12 * abs(m["src"] - m["dst"])
+        ax.add_patch(FancyArrowPatch((numel + 0.15, y_src), (numel + 0.15, y_dst),
+                                     connectionstyle=f"arc3,rad={-bend if y_dst < y_src else bend}",
+                                     arrowstyle="-|>", mutation_scale=12, lw=1.4,
+                                     color=RANK_COLOURS[m["src"] % 8],
+                                     path_effects=[withStroke(linewidth=2.6, foreground="black")]))
+    if trace["algorithm"] == "ring":
+        edges = [0] + bounds + [numel]
+        for c in range(n_ranks):
+            ax.text((edges[c] + edges[c + 1]) / 2, n_ranks + 0.1, f"chunk {c}", ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_xlim(-1.3, numel + 1.6)
+    ax.set_ylim(-0.1, n_ranks + 0.5)
+    ax.set_axis_off()
+
+
+def _changed_cells(trace, frame) -> set:
+    n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
+    starts = [sum(M.chunk_sizes(numel, n_ranks)[:c]) for c in range(n_ranks + 1)]
+    return {(m["dst"], i) for m in frame["messages"]
+            for i in (range(numel) if m["chunk"] is None else range(starts[m["chunk"]], starts[m["chunk"] + 1]))}
+
+
+def _message_text(frame) -> str:
+    parts = [f"{m['src']}\u2192{m['dst']}" + ("" if m["chunk"] is None else f" chunk {m['chunk']}")
+             + f" ({m['bytes']} B)" for m in frame["messages"]]
+    return "messages: " + ", ".join(parts) if parts else "no messages yet"
+
+
+def frame_figure(trace: dict, index: int) -> Figure:
+    """Lesson 03: frame ``index`` of the animation as a figure."""
+    frame = frames(trace)[index]
+    n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
+    fig = Figure(figsize=(min(9.5, 2.6 + 0.75 * numel), 0.9 + 0.55 * n_ranks), layout="constrained")
+    ax = fig.add_subplot()
+    draw_frame(ax, trace, frame, _changed_cells(trace, frame))
+    ax.set_title(frame_title(trace, frame) + "\n" + _message_text(frame), fontsize=9, loc="left")
+    return fig
+
+
+def storyboard_figure(trace: dict, columns: int = 2) -> Figure:
+    """Lesson 03: every frame of the animation at once (the static picture)."""
+    all_frames = frames(trace)
+    n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
+    rows = math.ceil(len(all_frames) / columns)
+    fig = Figure(figsize=(9.5, rows * (0.75 + 0.42 * n_ranks)), layout="constrained")
+    for k, frame in enumerate(all_frames):
+        ax = fig.add_subplot(rows, columns, k + 1)
+        draw_frame(ax, trace, frame, _changed_cells(trace, frame))
+        ax.set_title(f"{k}. " + frame_title(trace, frame).split(":")[0], fontsize=8, loc="left")
+    fig.suptitle(f"{trace['algorithm'].replace('_', ' ')} all-reduce on {n_ranks} ranks, step by step "
+                 "(cell colours: the ranks whose numbers are in it)", fontsize=10)
+    return fig
+
+
+class AnimationView:
+    """A play button and a step slider over the frames of a real all-reduce."""
+
+    def __init__(self, trace: dict):
+        import ipywidgets as W
+
+        self.trace, self.count = trace, len(frames(trace))
+        self._cache: dict[int, bytes] = {}                  # frame -> PNG, drawn once
+        self.slider = W.IntSlider(value=0, min=0, max=self.count - 1, description="step")
+        self.play = W.Play(value=0, min=0, max=self.count - 1, interval=1400, description="play")
+        W.jslink((self.play, "value"), (self.slider, "value"))
+        self.image = W.Image(format="png", value=self.png(0))
+        self.slider.observe(lambda change: setattr(self.image, "value", self.png(change["new"])), names="value")
+        self.box = W.VBox([W.HBox([self.play, self.slider]), self.image])
+
+    def png(self, index: int) -> bytes:
+        if index not in self._cache:
+            self._cache[index] = figure_png(frame_figure(self.trace, index))
+        return self._cache[index]
+
+    def __repr__(self) -> str:
+        return describe(self.trace)
+
+    def _repr_mimebundle_(self, **kwargs):
+        data = self.box._repr_mimebundle_(**kwargs)
+        data["text/plain"] = repr(self)
+        data["image/png"] = base64.b64encode(figure_png(storyboard_figure(self.trace), dpi=64)).decode()
+        return data
+
+
+def animation(trace: dict) -> AnimationView:
+    """Lesson 03: step through one algorithm's merged trace (``distlab.collectives.merge_traces``)."""
+    if not trace["messages"] and trace["world_size"] > 1:
+        raise ValueError("this trace has no messages: was it recorded with trace_values=True?")
+    if any("after" not in m for m in trace["messages"]):
+        raise ValueError("the messages carry no values: record them with collectives.trace")
+    return AnimationView(trace)
+
+
+# ---------------------------------------------------------------------------------------------
+# what it costs: bytes and time, model and measurement
+# ---------------------------------------------------------------------------------------------
+def traffic_figure(traces: dict) -> Figure:
+    """Lesson 03: the bytes each rank sent in real runs, in units of the tensor's size."""
+    fig = Figure(figsize=(7.5, 2.8), layout="constrained")
+    ax = fig.add_subplot()
+    names = [a for a in ALGORITHMS if a in traces]
+    n_ranks = traces[names[0]]["world_size"]
+    width = 0.8 / len(names)
+    for k, name in enumerate(names):
+        t = traces[name]
+        tensor_bytes = 8 * len(t["inputs"][0])
+        sent = [b / tensor_bytes for b in bytes_sent(t["messages"], n_ranks)]
+        colour, marker, _ = ALGORITHM_STYLE[name]
+        xs = [r + (k - (len(names) - 1) / 2) * width for r in range(n_ranks)]
+        ax.bar(xs, sent, width, color=colour, label=name.replace("_", " "),
+               hatch=["", "//", "..", "xx"][k % 4], edgecolor="white")
+    ax.set_xticks(range(n_ranks), [f"rank {r}" for r in range(n_ranks)])
+    ax.set_ylabel("bytes sent / tensor size")
+    ax.set_title(f"what each rank sent in the real runs ({n_ranks} ranks)", fontsize=10)
+    ax.legend(fontsize=8, frameon=False, loc="upper right")
+    return fig
+
+
+def cost_figure(link, world_size: int, numel: int, measurements=(), max_world: int = 64) -> Figure:
+    """Lesson 03: bytes and time of each algorithm, from the model, with measured times on top.
+
+    Left: the busiest rank's traffic against N.  Middle: time against tensor size on
+    ``world_size`` ranks (markers: ``measurements`` made on that many ranks, best repetition).
+    Right: time against N for a tensor of ``numel`` floats.
+    """
+    fig = Figure(figsize=(9.5, 3.2), layout="constrained")
+    ax_bytes, ax_size, ax_world = fig.subplots(1, 3)
+    worlds = list(range(2, max_world + 1))
+    sizes = [int(10 ** (e / 4)) for e in range(8, 33)]          # 100 .. 1e8 floats
+    for name in ALGORITHMS:
+        colour, marker, line = ALGORITHM_STYLE[name]
+        style = dict(color=colour, lw=3.5 if name == "naive" else 1.6)   # naive under the server
+        ax_bytes.plot(worlds, [max(M.bytes_per_rank(name, w, numel)) / (4 * numel) for w in worlds],
+                      line, label=name.replace("_", " "), **style)
+        ax_size.plot(sizes, [M.predict_time(name, world_size, s, link) for s in sizes], line, **style)
+        ax_world.plot(worlds, [M.predict_time(name, w, numel, link) for w in worlds], line, **style)
+    for m in measurements:
+        if m["world_size"] != world_size:
+            continue
+        for name, by_size in m["times"].items():
+            colour, marker, _ = ALGORITHM_STYLE[name]
+            ax_size.scatter(list(by_size), [M.best(t) for t in by_size.values()], marker=marker,
+                            color=colour, s=28, zorder=3,
+                            label="dist.all_reduce (gloo)" if name == M.BASELINE else None)
+    ax_bytes.set(xlabel="ranks N", ylabel="busiest rank sends / tensor size", yscale="log",
+                 title="traffic of the busiest rank")
+    ax_size.set(xscale="log", yscale="log", xlabel="tensor size (floats)", ylabel="seconds",
+                title=f"time on {world_size} ranks (lines: model, marks: measured)")
+    ax_world.set(xlabel="ranks N", ylabel="seconds", yscale="log",
+                 title=f"time for {numel:.0e} floats".replace("e+0", "e"))
+    for ax in (ax_bytes, ax_size, ax_world):
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3)
+    fig.legend(loc="outside lower center", ncol=5, fontsize=8, frameon=False)
+    lanes = "one link per rank (a cluster)" if link.lanes is None else f"{link.lanes} lane(s) (this machine)"
+    fig.suptitle(f"alpha-beta model with {lanes}: {link}", fontsize=9)
+    return fig
+
+
+class CostExplorer:
+    """Sliders for N and tensor size, a choice of hardware; the three cost pictures below."""
+
+    def __init__(self, link, measurements=(), world_size: int = 4, numel: int = 1_000_000):
+        import dataclasses
+
+        import ipywidgets as W
+
+        self.machine, self.measurements = link, list(measurements)
+        self.cluster = dataclasses.replace(link, lanes=None)
+        self.world = W.IntSlider(value=world_size, min=2, max=64, description="ranks N",
+                                 continuous_update=False)
+        self.numel = W.IntSlider(value=round(math.log10(numel)), min=2, max=8, description="10^ floats",
+                                 continuous_update=False)
+        self.hardware = W.ToggleButtons(options=["this machine", "a cluster"], description="hardware")
+        self.image = W.Image(format="png", value=self.png())
+        for control in (self.world, self.numel, self.hardware):
+            control.observe(lambda _: setattr(self.image, "value", self.png()), names="value")
+        self.box = W.VBox([W.HBox([self.world, self.numel]), self.hardware, self.image])
+
+    @property
+    def link(self):
+        return self.machine if self.hardware.value == "this machine" else self.cluster
+
+    def png(self) -> bytes:
+        return figure_png(cost_figure(self.link, self.world.value, 10 ** self.numel.value, self.measurements))
+
+    def __repr__(self) -> str:
+        n, numel = self.world.value, 10 ** self.numel.value
+        lines = [f"predicted all-reduce of {numel:.0e} floats on {n} ranks ({self.hardware.value}):"]
+        lines += [f"  {a:<17} {M.predict_time(a, n, numel, self.link) * 1e3:9.2f} ms, busiest rank sends "
+                  f"{max(M.bytes_per_rank(a, n, numel)) / (4 * numel):.2f} x the tensor" for a in ALGORITHMS]
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, **kwargs):
+        data = self.box._repr_mimebundle_(**kwargs)
+        data["text/plain"] = repr(self)
+        data["image/png"] = base64.b64encode(self.image.value).decode()
+        return data
+
+
+def cost_explorer(link, measurements=(), world_size: int = 4, numel: int = 1_000_000) -> CostExplorer:
+    """Lesson 03: explore the model (``link`` from ``cost_model.fit_link``) against measurements."""
+    return CostExplorer(link, measurements, world_size, numel)
