@@ -105,6 +105,9 @@ def train(worker, *, model: str = "mlp", width: int = 64, batch_size: int = 32, 
     """
     b = validate_args(worker.world_size, model=model, width=width, batch_size=batch_size,
                       steps=steps, lr=lr, dtype=dtype, straggler=straggler)
+    if worker.device.type != "cpu" or dist.get_backend() != "gloo":
+        raise ValueError("async_sgd runs on CPU processes over gloo (NCCL cannot receive from "
+                         "any rank); launch it with device='cpu'")
     config = dict(model=model, width=width, batch_size=b, steps=steps, lr=lr, seed=seed,
                   dtype=dtype, straggler=straggler, workers=worker.world_size - 1)
     net = build_model(model, width, seed=seed, dtype=DTYPES[dtype])
