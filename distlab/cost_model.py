@@ -10,20 +10,24 @@ this machine: a *ping-pong* (rank 0 sends, rank 1 sends it straight back: half t
 trip is one message) gives alpha and beta, a timed ``add_`` gives gamma.
 
 An algorithm is a list of *steps* (``schedule``): the messages of one step travel at the
-same time, the steps one after another.  Within a step, what cannot overlap adds up:
+same time, the steps one after another.  A step costs
 
-* a rank handles its own messages one after another: the step costs at least ``alpha``
-  times the most messages one rank sends or receives, plus ``beta`` times the most bytes
-  one rank sends or receives (a parameter server's link carries every push);
-* the hardware moves at most ``lanes`` messages at full speed at once: the step costs at
-  least ``alpha`` times all its messages, plus ``beta`` times all its bytes, over ``lanes``.
-  On a cluster every rank has its own link (``lanes=None``: no such limit).  On one
-  machine the "network" is the CPU cores copying bytes, and one message already keeps two
-  cores busy (one copies out, the other copies in): ``lanes = cores // 2``, which is 1 on
-  our 2-core machine.  There a ring's N simultaneous messages take turns;
+    alpha * (messages that pass one after another)
+  + beta  * (bytes that pass one after another)
+  + gamma * (the most bytes one rank adds)
 
-plus ``gamma`` for the most bytes one rank adds.  On a cluster, with n bytes of tensor,
-N ranks and c = n/N:
+and "one after another" is the larger of two limits:
+
+* a rank handles its own messages in turn: the most messages (bytes) that one rank sends
+  or receives in the step (a parameter server's link carries every push);
+* the hardware moves ``lanes`` messages at full speed at once: all the step's messages
+  (bytes) divided by ``lanes``.  On a cluster every rank has its own link (``lanes=None``:
+  no such limit).  On one machine the "network" is the CPU cores copying bytes, and one
+  message already keeps two cores busy (one copies out, the other copies in).  We measure
+  ``lanes`` by timing two messages sent at once (ranks 0 and 1 to each other): 1 on our
+  2-core machine, so there a ring's N simultaneous messages take turns.
+
+On a cluster, with n bytes of tensor, N ranks and c = n/N, that gives:
 
 ==================  ==================================================  ===================
 algorithm           predicted time                                      busiest rank sends
@@ -36,7 +40,6 @@ tree                2L (alpha + n beta) + L n gamma,  L = ceil(log2 N)    L n
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -49,11 +52,6 @@ BASELINE = "gloo"   # dist.all_reduce, timed next to the hand-written algorithms
 REDUCING = ("reduce", "push", "reduce-scatter")   # phases whose receiver adds what arrives
 
 
-def machine_lanes() -> int:
-    """Messages this machine moves at full speed at once: one per two cores (at least one)."""
-    return max(1, len(os.sched_getaffinity(0)) // 2)
-
-
 @dataclass
 class Link:
     """Lesson 03: the measured price of communication on this machine."""
@@ -61,13 +59,13 @@ class Link:
     alpha: float        # seconds per message
     beta: float         # seconds per byte sent
     gamma: float = 0.0  # seconds per byte added
-    lanes: int | None = 1   # messages that travel at full speed at once; None: one link per rank
+    lanes: int | None = 1    # messages that travel at full speed at once; None: one link per rank
 
     def __str__(self) -> str:
         text = f"alpha = {self.alpha * 1e6:.0f} us per message, 1/beta = {1 / self.beta / 1e9:.2f} GB/s"
         if self.gamma:
             text += f", 1/gamma = {1 / self.gamma / 1e9:.2f} GB/s added"
-        return text + f", lanes = {self.lanes or 'one per rank'}"
+        return text + (f", lanes = {self.lanes}" if self.lanes else ", one link per rank")
 
 
 def fit_line(x, y) -> tuple[float, float]:
@@ -85,11 +83,19 @@ def fit_line(x, y) -> tuple[float, float]:
     return max(coef[0].item(), 0.0), coef[1].item()
 
 
-def fit_link(ping_pong: dict, add: dict | None = None, lanes: int | None = None) -> Link:
-    """Lesson 03: ``Link`` from a ping-pong and an add measurement (see ``measure``)."""
+def fit_link(ping_pong: dict, add: dict | None = None) -> Link:
+    """Lesson 03: ``Link`` from a ping-pong and an add measurement (see ``measure``).
+
+    ``lanes`` compares two messages sent at once (``exchange_seconds``) with one: if the
+    pair takes as long as one message, two lanes; as long as two messages, one lane
+    (a whole number, at least one: the median estimate, rounded).
+    """
     alpha, beta = fit_line(ping_pong["bytes"], ping_pong["seconds"])
     gamma = fit_line(add["bytes"], add["seconds"])[1] if add else 0.0
-    return Link(alpha, beta, gamma, machine_lanes() if lanes is None else lanes)
+    pairs = [2 * b * beta / max(t - alpha, 1e-12)
+             for b, t in zip(ping_pong.get("exchange_bytes", []), ping_pong.get("exchange_seconds", []))]
+    lanes = max(1, round(sorted(pairs)[len(pairs) // 2])) if pairs else 1
+    return Link(alpha, beta, gamma, lanes)
 
 
 def chunk_sizes(numel: int, world_size: int) -> list[int]:
@@ -168,8 +174,9 @@ def repeats_for(numel: int, repeats: int | None = None) -> int:
 
 
 def _ping_pong(rank: int, sizes, repeats) -> dict:
-    """Rank 0 sends ``b`` bytes to rank 1, which sends them back; half the best round trip."""
-    seconds = []
+    """Rank 0 sends ``b`` bytes to rank 1, which sends them back; half the best round trip.
+    Then, for sizes of 800 kB and more, both send ``b`` bytes to each other at once."""
+    seconds, exchange = [], []
     for numel in sizes:
         buf, best = torch.zeros(numel, dtype=torch.uint8), float("inf")
         for _ in range(repeats):
@@ -183,7 +190,19 @@ def _ping_pong(rank: int, sizes, repeats) -> dict:
                 dist.send(buf, 0)
             best = min(best, (time.perf_counter() - t0) / 2)
         seconds.append(best)
-    return {"bytes": list(sizes), "seconds": seconds}
+    big = [n for n in sizes if n >= 800_000]
+    for numel in big:
+        mine, theirs, best = torch.zeros(numel, dtype=torch.uint8), torch.zeros(numel, dtype=torch.uint8), 1e9
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            if rank in (0, 1):
+                works = [dist.isend(mine, 1 - rank), dist.irecv(theirs, 1 - rank)]
+                for work in works:
+                    work.wait()
+            best = min(best, time.perf_counter() - t0)
+        exchange.append(best)
+    return {"bytes": list(sizes), "seconds": seconds, "exchange_bytes": big, "exchange_seconds": exchange}
 
 
 def _time_add(sizes, dtype, repeats) -> dict:

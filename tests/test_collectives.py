@@ -191,3 +191,44 @@ def test_one_rank_returns_its_own_tensor_and_refuses_non_contiguous(one_rank_gro
         assert out is x and torch.equal(x, torch.arange(6.0).reshape(2, 3)) and log == [], name
         with pytest.raises(ValueError, match="contiguous"):
             fn(torch.ones(3, 4).t())
+
+
+# -- the pictures read the real logs ---------------------------------------------------------------
+def test_animation_colours_exactly_the_ranks_whose_digits_are_in_each_number(run):
+    """The colours come from replaying the log; the digits from the numbers the ranks held."""
+    from distlab.widgets import collectives as V
+
+    n, records = run
+    for name, trace in C.merge_traces([r["trace"] for r in records]).items():
+        frames = V.frames(trace)
+        assert len(frames) == 1 + len({(m["phase"], m["step"]) for m in trace["messages"]})
+        for f in frames:
+            for r in range(n):
+                for value, who in zip(f["values"][r], f["who"][r]):
+                    digits = {k for k, d in enumerate(reversed(str(int(value)))) if d != "0"}
+                    assert digits == who, (name, f["phase"], f["step"], r, value)
+        assert all(w == set(range(n)) for row in frames[-1]["who"] for w in row), name
+
+
+def test_widgets_show_a_picture_and_text_without_a_widget_manager():
+    import base64
+
+    from distlab.widgets import collectives as V
+
+    traces = C.merge_traces([r["trace"] for r in records_for(4)])
+    bundle = V.animation(traces["ring"])._repr_mimebundle_()
+    assert base64.b64decode(bundle["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    text = bundle["text/plain"]
+    assert text.startswith("ring all-reduce on 4 ranks: 24 messages")
+    assert text.rstrip().endswith("rank 3: 1111 2222 3333 4444 5555 6666 7777 8888")
+    link = M.Link(alpha=50e-6, beta=1 / 3e9, gamma=1 / 10e9, lanes=1)
+    explorer = V.cost_explorer(link, world_size=4, numel=1_000_000)
+    bundle = explorer._repr_mimebundle_()
+    assert base64.b64decode(bundle["image/png"])[:4] == b"\x89PNG"
+    assert "ring" in bundle["text/plain"] and "1.50 x the tensor" in bundle["text/plain"]
+    explorer.hardware.value = "a cluster"                  # the picture follows the controls
+    assert explorer.link.lanes is None and "a cluster" in repr(explorer)
+    with pytest.raises(ValueError, match="no values"):
+        V.animation({**traces["ring"], "messages": [{k: v for k, v in m.items() if k != "after"}
+                                                    for m in traces["ring"]["messages"]]})

@@ -118,6 +118,17 @@ def test_a_real_measurement_fits_a_link_and_times_every_algorithm():
         assert list(by_size) == list(sizes) and all(len(t) == 3 and min(t) > 0 for t in by_size.values())
     link = M.fit_link(r["ping_pong"], r["add"])
     assert 0 < link.alpha < 0.05 and 0 < link.beta < 1e-6 and link.gamma > 0
-    assert link.lanes == M.machine_lanes()
+    assert len(r["ping_pong"]["exchange_seconds"]) == 1 and link.lanes in (1, 2, 3, 4)
     # the model orders what it must: a bigger tensor takes longer
     assert M.predict_time("ring", 2, sizes[1], link) > M.predict_time("ring", 2, sizes[0], link)
+
+
+def test_lanes_come_from_two_messages_at_once():
+    alpha, beta = 50e-6, 1 / 3e9
+    sizes = [8, 8_000, 800_000, 8_000_000]
+    ping = {"bytes": sizes, "seconds": [alpha + b * beta for b in sizes], "exchange_bytes": sizes[2:]}
+    for together, lanes in ((2.0, 1), (1.0, 2), (2.3, 1)):        # pair as slow as 2, 1, 2.3 messages
+        ping["exchange_seconds"] = [alpha + together * b * beta for b in sizes[2:]]
+        assert M.fit_link(ping).lanes == lanes
+    del ping["exchange_seconds"], ping["exchange_bytes"]
+    assert M.fit_link(ping).lanes == 1

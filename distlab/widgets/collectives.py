@@ -288,8 +288,8 @@ def cost_figure(link, world_size: int, numel: int, measurements=(), max_world: i
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
     fig.legend(loc="outside lower center", ncol=5, fontsize=8, frameon=False)
-    lanes = "one link per rank (a cluster)" if link.lanes is None else f"{link.lanes} lane(s) (this machine)"
-    fig.suptitle(f"alpha-beta model with {lanes}: {link}", fontsize=9)
+    where = "a cluster, one link per rank" if link.lanes is None else "this machine"
+    fig.suptitle(f"alpha-beta model for {where}: {link}", fontsize=9)
     return fig
 
 
