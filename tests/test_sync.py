@@ -133,6 +133,8 @@ def test_async_workers_see_the_synchronous_data_and_learn(async_run):
     with pytest.raises(ValueError, match="never wait"):
         tl.waits(async_run[1:])
     assert "server exchange" in {b["phase"] for b in tl.phases(async_run[1])}
+    ax = tl.timeline_figure(async_run[1:], (1, 4)).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["worker 1", "worker 2"]
 
 
 def test_sync_and_async_pictures(async_run, straggler_runs):

@@ -129,7 +129,8 @@ def timeline_figure(records, steps: tuple[int, int] | None = None, title: str | 
             used.add(bar["phase"])
             ax.broken_barh([((a - origin) * 1e3, (b - a) * 1e3)], (row - 0.35, 0.7),
                            color=COLOURS[bar["phase"]])
-    ax.set_yticks(range(len(records)), [f"rank {r.rank}" for r in records])
+    ax.set_yticks(range(len(records)), [f"{'worker' if r.method == 'async' else 'rank'} {r.rank}"
+                                        for r in records])
     ax.invert_yaxis()
     ax.set_xlabel("time since the first shown step started (ms)")
     ax.set_title(title or f"steps {first}-{last}", fontsize=10)
