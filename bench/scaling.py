@@ -29,14 +29,12 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from distlab import scaling  # noqa: E402
 
-BEST = dict(model="cnn", width=16, global_batch_size=1436)
-PROBE = dict(model="mlp", width=1024, global_batch_size=896)
-WORST = dict(model="mlp", width=64, global_batch_size=64)
+BEST, PROBE, WORST = scaling.REGIMES["best"], scaling.REGIMES["probe"], scaling.REGIMES["worst"]
 ROUNDS, STEPS, SKIP, REPEATS = 3, 10, 2, 2
-GRID = ([dict(model="mlp", width=w, global_batch_size=b) for w in (64, 256, 1024, 2048)
-         for b in (64, 256, 896, 1436)]
+GRID = ([dict(model="mlp", width=w, global_batch_size=b) for w, b in
+          [(64, 64), (64, 1436), (256, 256), (1024, 256), (1024, 896), (1024, 1436), (2048, 1436)]]
         + [dict(model="cnn", width=w, global_batch_size=b) for w in (8, 16, 32)
-           for b in (64, 256, 896, 1436)])
+           for b in (256, 896, 1436)])
 
 
 def name(cfg) -> str:

@@ -26,11 +26,19 @@ import os
 import statistics
 import time
 import warnings
+from contextlib import contextmanager
 
 import torch
 
-from .data_parallel import per_rank_batch, train, validate_args
+from .data_parallel import train, validate_args
 from .models import build_model, count_parameters
+
+
+# The regimes lesson 05 compares (global batch, 2 ranks): the worst found on 2 cores, the
+# untuned probe of the course's issue, and the most compute-bound found (bench/scaling.py --grid).
+REGIMES = {"worst": dict(model="mlp", width=64, global_batch_size=64),
+           "probe": dict(model="mlp", width=1024, global_batch_size=896),
+           "best": dict(model="cnn", width=16, global_batch_size=1436)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,6 +84,17 @@ def compute_per_byte(model: str, width: int, batch_size: int, dtype: str = "floa
 # ---------------------------------------------------------------------------------------------
 # Measuring: a training function run on every rank
 # ---------------------------------------------------------------------------------------------
+@contextmanager
+def intra_op_threads(n: int):
+    """Run a block with ``n`` intra-op threads, then restore the previous number."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def check_configs(world_size: int, configs, *, steps: int = 12, skip: int = 2,
                   method: str = "by_hand", dtype: str = "float32", **_) -> None:
     """Fail before any process starts: every configuration must be a valid training job."""
@@ -103,16 +122,16 @@ def measure(worker, *, configs, steps: int = 12, skip: int = 2, repeats: int = 1
     """
     check_configs(worker.world_size, configs, steps=steps, skip=skip, method=method, dtype=dtype)
     rows = []
-    default_threads = torch.get_num_threads()
     for rep in range(repeats):
         for cfg in configs:
-            torch.set_num_threads(cfg.get("threads", default_threads))
             kwargs = {k: v for k, v in cfg.items() if k != "threads"}
-            record = train(worker, method=method, steps=steps, dtype=dtype, lr=0.01,
-                           record_grads_at=(), **kwargs)
+            with intra_op_threads(cfg.get("threads", torch.get_num_threads())):
+                record = train(worker, method=method, steps=steps, dtype=dtype, lr=0.01,
+                               record_grads_at=(), **kwargs)
+                threads = torch.get_num_threads()
             timeline = _gather_timeline(worker, record)
             row = dict(model=cfg["model"], width=cfg["width"], world_size=worker.world_size,
-                       threads=torch.get_num_threads(), method=method, dtype=dtype, repeat=rep,
+                       threads=threads, method=method, dtype=dtype, repeat=rep,
                        batch_size=record.config["batch_size"],
                        global_batch_size=record.config["batch_size"] * worker.world_size,
                        scaling="strong" if "global_batch_size" in cfg else "weak",
@@ -120,7 +139,6 @@ def measure(worker, *, configs, steps: int = 12, skip: int = 2, repeats: int = 1
                        grad_bytes=sum(p.numel() * p.element_size() for p in record.params.values()))
             row.update(split_step_times(timeline, record.config["batch_size"], skip))
             rows.append(row)
-    torch.set_num_threads(default_threads)
     return rows
 
 
@@ -275,6 +293,9 @@ def allreduce_seconds(nbytes: float, world_size: int, alpha: float, beta: float,
 
     A ring all-reduce takes ``2 (N-1)`` rounds (reduce-scatter, then all-gather); each round
     pays a latency ``alpha`` and moves ``nbytes / N`` bytes at ``beta`` seconds per byte.
+    This is lesson 03's ``cost_model.predict_time("ring", ...)`` with one link per rank
+    (``lanes=None``) and no adding cost; here alpha and beta are fitted to the all-reduces
+    *inside training* (``fit_alpha_beta``) rather than to a ping-pong.
     """
     if world_size == 1:
         return 0.0
@@ -332,7 +353,7 @@ def predicted_speedup(one: dict, world_size: int, alpha: float, beta: float) -> 
 # Large batches: what more ranks do to the optimisation, not the clock
 # ---------------------------------------------------------------------------------------------
 def large_batch_study(world_sizes=(1, 2, 4, 8), *, batch_size: int = 8, epochs: int = 2,
-                      lr: float = 0.2, warmup_epochs: float = 0.5, model: str = "mlp",
+                      lr: float = 0.1, warmup_epochs: float = 0.5, model: str = "mlp",
                       width: int = 64, seeds=(0, 1)) -> list[dict]:
     """Lesson 05: test accuracy after a fixed number of epochs, for N ranks of ``batch_size``.
 
@@ -347,18 +368,20 @@ def large_batch_study(world_sizes=(1, 2, 4, 8), *, batch_size: int = 8, epochs: 
 
     n = load_digits().n_train
     rows = []
-    for world in world_sizes:
-        per_epoch = steps_per_epoch(n, world, batch_size)
-        rules = [("same lr", lr, 0), ("linear scaling", lr * world, 0),
-                 ("linear + warm-up", lr * world, max(1, round(warmup_epochs * per_epoch)))]
-        for rule, rate, warm in rules:
-            if world == 1 and rows:           # at N = 1 the three rules are the same run
-                rows.append(dict(rows[-1], rule=rule))
-                continue
-            accs = [train_single(world_size=world, batch_size=batch_size, steps=epochs * per_epoch,
-                                 lr=rate, warmup_steps=warm, model=model, width=width, seed=s,
-                                 record_grads_at=()).test_accuracy for s in seeds]
-            rows.append(dict(world_size=world, rule=rule, lr=rate, warmup_steps=warm,
-                             steps=epochs * per_epoch, global_batch_size=world * batch_size,
-                             accuracy=sum(accs) / len(accs)))
+    with intra_op_threads(1):         # tiny steps: a second thread costs more than it gives
+        for world in world_sizes:
+            per_epoch = steps_per_epoch(n, world, batch_size)
+            rules = [("same lr", lr, 0), ("linear scaling", lr * world, 0),
+                     ("linear + warm-up", lr * world, max(1, round(warmup_epochs * per_epoch)))]
+            for rule, rate, warm in rules:
+                if world == 1 and rule != "same lr":      # at N = 1 the rules are the same run
+                    rows.append(dict(rows[-1], rule=rule))
+                    continue
+                accs = [train_single(world_size=world, batch_size=batch_size, lr=rate,
+                                     steps=epochs * per_epoch, warmup_steps=warm, model=model,
+                                     width=width, seed=s, record_grads_at=()).test_accuracy
+                        for s in seeds]
+                rows.append(dict(world_size=world, rule=rule, lr=rate, warmup_steps=warm, epochs=epochs,
+                                 steps=epochs * per_epoch, global_batch_size=world * batch_size,
+                                 accuracy=sum(accs) / len(accs)))
     return rows

@@ -184,3 +184,13 @@ def test_widget_measures_for_real_and_draws():
     assert bundle["text/plain"] == "<speedup explorer: 1 configuration(s) measured>"
     assert bundle["image/png"] and view.image.value[:4] == b"\x89PNG"
     assert "2 ranks:" in view.status.value
+
+
+def test_allreduce_model_is_lesson_03s_ring_with_a_link_per_rank():
+    from distlab import cost_model
+
+    link = cost_model.Link(alpha=30e-6, beta=1 / 3e9, gamma=0.0, lanes=None)
+    for world in (2, 4, 8):
+        numel = 1000 * world
+        assert scaling.allreduce_seconds(4 * numel, world, link.alpha, link.beta) == pytest.approx(
+            cost_model.predict_time("ring", world, numel, link), rel=1e-12)

@@ -145,12 +145,14 @@ class SpeedupView:
     live controls *and* a PNG of the current picture, so viewers without widgets see it.
     """
 
-    def __init__(self, rows=(), measure_kwargs: dict | None = None):
+    def __init__(self, rows=(), measure_kwargs: dict | None = None, key: tuple | None = None):
         import ipywidgets as W
 
         self.rows = list(rows)
         self.measure_kwargs = dict(steps=8, skip=2, repeats=2) | (measure_kwargs or {})
-        last = self.rows[-1] if self.rows else dict(model="mlp", width=1024, global_batch_size=896)
+        self.key = key or (scaling.config_key(self.rows[-1]) if self.rows else None)
+        last = (next(r for r in self.rows if scaling.config_key(r) == self.key) if self.rows
+                else dict(model="mlp", width=1024, global_batch_size=896))
         self.model = W.Dropdown(options=list(WIDTHS), value=last["model"], description="model")
         self.width = W.Dropdown(options=WIDTHS[last["model"]], description="width")
         self.width.value = last["width"] if last["width"] in WIDTHS[last["model"]] else WIDTHS[last["model"]][0]
@@ -177,9 +179,10 @@ class SpeedupView:
         self.status.value = "measuring: 1 process (1 and 2 threads), then 2 ranks ..."
         try:
             self.rows += scaling.run_scaling([self.config()], (1, 2), **self.measure_kwargs)
+            self.key = scaling.config_key(self.rows[-1])
             self.image.value = self.png()
             two = [r for r in scaling.speedups(self.rows)
-                   if r["world_size"] == 2 and scaling.config_key(r) == scaling.config_key(self.rows[-1])]
+                   if r["world_size"] == 2 and scaling.config_key(r) == self.key]
             self.status.value = (f"2 ranks: {two[-1]['speedup']:.2f}x one thread, "
                                  f"{two[-1]['vs_all_cores']:.2f}x one process on 2 threads")
         except Exception as err:   # show it in the widget; a button callback has nowhere else
@@ -188,7 +191,7 @@ class SpeedupView:
             self.button.disabled = False
 
     def png(self) -> bytes:
-        return figure_png(speedup_figure(self.rows))
+        return figure_png(speedup_figure(self.rows, self.key))
 
     def __repr__(self) -> str:
         return f"<speedup explorer: {len({scaling.config_key(r) for r in self.rows})} configuration(s) measured>"
@@ -201,6 +204,43 @@ class SpeedupView:
         return data
 
 
-def speedup_widget(rows=(), **measure_kwargs):
-    """Lesson 05: the speedup explorer (static PNG for viewers without widgets)."""
-    return SpeedupView(rows, measure_kwargs)
+def speedup_widget(rows=(), key: tuple | None = None, **measure_kwargs):
+    """Lesson 05: the speedup explorer, showing configuration ``key`` first (default: the
+    last measured); static PNG for viewers without widgets."""
+    return SpeedupView(rows, measure_kwargs, key)
+
+
+def speedup_table(rows) -> str:
+    """Lesson 05: the measured speedups as aligned text, one line per configuration and N."""
+    lines = [f"{'configuration':<28}{'N':>3}{'samples/s':>11}{'speedup':>9}{'eff.':>6}"
+             f"{'vs 1 proc x N thr':>19}{'comm+wait/compute':>19}"]
+    for r in scaling.speedups(rows):
+        kind = "global" if r["scaling"] == "strong" else "per-rank"
+        name = f"{r['model']}{r['width']}, {kind} batch {scaling.config_key(r)[3]}"
+        vs = f"{r['vs_all_cores']:.2f}" if r["vs_all_cores"] == r["vs_all_cores"] else "-"
+        lines.append(f"{name:<28}{r['world_size']:>3}{r['samples_per_s']:>11.0f}{r['speedup']:>9.2f}"
+                     f"{r['efficiency']:>6.0%}{vs:>19}{r['comm_to_compute']:>19.2f}")
+    return "\n".join(lines)
+
+
+def large_batch_figure(rows):
+    """Lesson 05: test accuracy after a fixed number of epochs against N, one line per rule."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5, 3.2), layout="constrained")
+    ax = fig.add_subplot()
+    styles = {"same lr": ("o-", COLOURS["waiting"]), "linear scaling": ("s--", COLOURS["compute"]),
+              "linear + warm-up": ("^-", COLOURS["communication"])}
+    for rule, (marker, colour) in styles.items():
+        mine = [r for r in rows if r["rule"] == rule]
+        ax.plot([r["world_size"] for r in mine], [r["accuracy"] for r in mine], marker,
+                color=colour, label=rule)
+    batches = {r["world_size"]: r["global_batch_size"] for r in rows}
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(batches), [f"{n}\n({b})" for n, b in sorted(batches.items())])
+    ax.set_xlabel("ranks N (global batch)")
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"after {rows[0]['epochs']} epochs, lr {rows[0]['lr']} at N = 1", fontsize=9)
+    ax.legend(fontsize=8)
+    return fig
