@@ -30,8 +30,12 @@ pytestmark = pytest.mark.browser
 
 LAPTOP = {"width": 1366, "height": 768}   # a common laptop screen: the page size for every check
 
-RUN_TIMEOUT = 300      # s for Run All; lessons take < 60 s under nbval, the browser and a busy CPU add more
+# Generous limits: they only matter when something hangs. Lessons take < 60 s under nbval on a quiet
+# machine; a loaded 2-core machine was seen taking 75 s to open a notebook and 160 s to run one.
+OPEN_TIMEOUT = 180     # s for JupyterLab to show the notebook and its kernel to start
+RUN_TIMEOUT = 480      # s for Run All
 CHANGE_TIMEOUT = 30    # s for a widget to redraw after a control moved
+ACTION_TIMEOUT = 300   # s for a button's work (e.g. "measure" runs real launches) to show its result
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # class names of every ipywidgets widget: "VBox(children=...)" printed as text means it did not render
@@ -51,6 +55,8 @@ CONTROLS = {
     "checkbox": ".widget-checkbox input[type=checkbox]",
     "toggle-button": "button.widget-toggle-button",
 }
+# buttons that start work ("measure", "run"): the other controls of their widget are its inputs
+ACTION_BUTTONS = "button.widget-button"
 # the part of a control that shows its own state (removed before comparing what the widget shows)
 CONTROL_ROOTS = (".widget-slider, .widget-dropdown, .widget-select, .widget-toggle-buttons, "
                  ".widget-radio, .widget-checkbox, .widget-toggle-button, .widget-play, "
@@ -80,6 +86,7 @@ JS_MARK_CONTROLS = """([area, controls, controlRoots]) => {
   for (const [kind, sel] of Object.entries(controls)) {
     area.querySelectorAll(sel).forEach(el => {
       if (kind === 'toggle-button' && el.closest('.widget-toggle-buttons')) return;
+      if (kind === 'button' && (el.matches('.widget-toggle-button') || el.closest('.widget-play'))) return;
       const disabled = el.matches(':disabled') || !!el.closest('[disabled]')
                        || !!el.closest('.noUi-target[disabled]');
       if (disabled) return;
@@ -98,7 +105,7 @@ JS_DISPLAY = """([area, controlRoots]) => {
   const outside = el => !el.closest(controlRoots);
   const clone = area.cloneNode(true);
   clone.querySelectorAll(controlRoots).forEach(el => el.remove());
-  return JSON.stringify({
+  return ({
     text: clone.textContent,
     images: Array.from(area.querySelectorAll('img')).filter(outside).map(i => i.src),
     canvases: Array.from(area.querySelectorAll('canvas')).filter(outside).map(c => c.toDataURL()),
@@ -191,8 +198,8 @@ def click_menu_item(page, menu: str, command: str, attempts: int = 3) -> None:
 def open_notebook(page, server, name: str) -> None:
     workspace = f"test-{time.monotonic_ns()}"      # a new workspace: no tabs restored from earlier tests
     page.goto(f"{server.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={server.token}")
-    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=90_000)
-    wait_for(lambda: kernel_status(page).endswith("| Idle"), 120,
+    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=OPEN_TIMEOUT * 1000)
+    wait_for(lambda: kernel_status(page).endswith("| Idle"), OPEN_TIMEOUT,
              lambda: f"the kernel to start (status bar: {kernel_status(page)!r})")
     no_dialog(page)
 
@@ -302,37 +309,91 @@ def change_control(page, control, kind: str) -> str:
     return kind
 
 
+def kernel_log(page) -> str:
+    """What the kernel wrote outside any cell (e.g. a widget callback that raised), or ''.
+
+    JupyterLab sends it to its log console and shows a count in the status bar; open it and read.
+    """
+    item = page.locator(".jp-LogConsoleStatusItem:not(.lm-mod-hidden)")
+    if not item.count():
+        return ""
+    item.click()
+    log = page.locator(".jp-LogConsole")
+    log.first.wait_for(state="visible", timeout=10_000)
+    wait_for(lambda: log.first.inner_text().strip(), 10, "the log console to show its messages")
+    return log.first.inner_text().strip()
+
+
+def display_of(page, area) -> dict:
+    return page.evaluate(JS_DISPLAY, [area.element_handle(), CONTROL_ROOTS])
+
+
+def shows_something_new(before: dict, after: dict) -> bool:
+    """A widget with pictures must show a different picture; one with only text, different text.
+
+    (A status line that changes while the picture stays the same, e.g. "measuring..." followed
+    by a failure, is not a widget that works.)
+    """
+    def pictures(d):
+        return d["images"], d["canvases"], d["svgs"]
+    if any(pictures(before)) or any(pictures(after)):
+        return pictures(before) != pictures(after)
+    return before["text"] != after["text"]
+
+
+def settled_change(page, area, before: dict, timeout: float) -> bool:
+    """Wait until the display differs from ``before`` and the kernel is idle; compare again then."""
+    try:
+        wait_for(lambda: shows_something_new(before, display_of(page, area)), timeout, "a change")
+        wait_for_idle_kernel(page, timeout=timeout, settle=0.5)
+    except AssertionError:
+        return False
+    # a redraw may clear the output and draw again: compare once it has settled
+    return shows_something_new(before, display_of(page, area))
+
+
 def check_interactions(page, cell_index: int, area, shots: Path) -> tuple[list[str], list[str]]:
-    """Move every control in one cell's output; each must change what the cell shows."""
+    """Move every control in one cell's output; each must change what the cell shows.
+
+    In a widget with an action button ("measure"), the controls are the inputs of the action:
+    when moving the first control changes nothing by itself, the button is pressed once and the
+    display must change then; its other controls are not checked (each would need a new action).
+    """
     problems, done = [], []
-    controls = page.evaluate(JS_MARK_CONTROLS, [area.element_handle(), CONTROLS, CONTROL_ROOTS])
+    found = page.evaluate(JS_MARK_CONTROLS, [area.element_handle(), CONTROLS | {"button": ACTION_BUTTONS},
+                                             CONTROL_ROOTS])
+    controls = [c for c in found if c["kind"] != "button"]
+    buttons = [c for c in found if c["kind"] == "button"]
     for k, c in enumerate(controls):
         control = area.locator(f'[data-distlab-control="{c["id"]}"]')
-        if not control.count():
-            problems.append(f"cell {cell_index}: {c['kind']} {c['label']!r} vanished before it was moved")
-            continue
+        label = f"{c['kind']} {c['label']!r}" if c["label"] else c["kind"]
         control.scroll_into_view_if_needed()
-        before = page.evaluate(JS_DISPLAY, [area.element_handle(), CONTROL_ROOTS])
+        before = display_of(page, area)
         if k == 0:
             area.screenshot(path=str(shots.with_name(f"{shots.name}-cell{cell_index:02d}-before.png")))
         action = change_control(page, control, c["kind"])
-        try:
-            wait_for(lambda: page.evaluate(JS_DISPLAY, [area.element_handle(), CONTROL_ROOTS]) != before,
-                     CHANGE_TIMEOUT, "a change")
-            wait_for_idle_kernel(page, timeout=CHANGE_TIMEOUT, settle=0.5)
-            # a redraw may clear the output and draw again: compare once it has settled
-            after = page.evaluate(JS_DISPLAY, [area.element_handle(), CONTROL_ROOTS])
-            changed = after != before
-        except AssertionError:
-            changed = False
+        # in a widget with a button, a control usually waits for the button: do not wait long
+        changed = settled_change(page, area, before, 5 if buttons else CHANGE_TIMEOUT)
+        if not changed and buttons:
+            button = area.locator(f'[data-distlab-control="{buttons[0]["id"]}"]')
+            name = button.inner_text().strip()
+            button.click()
+            changed = settled_change(page, area, before, ACTION_TIMEOUT)
+            action += f", then pressed {name!r}"
+            if changed:
+                done.append(f"cell {cell_index}: {label}: {action}: display changed; the other "
+                            f"{len(controls) - 1} control(s) are inputs of {name!r}, not checked one by one")
         if k == 0:
             area.screenshot(path=str(shots.with_name(f"{shots.name}-cell{cell_index:02d}-after.png")))
-        label = f"{c['kind']} {c['label']!r}" if c["label"] else c["kind"]
-        if changed:
-            done.append(f"cell {cell_index}: {label}: {action}: display changed")
+        if not changed:
+            problems.append(f"cell {cell_index}: {label} ({action}) did not change what the widget "
+                            f"shows (its pictures, or its text when it has none)")
+        elif buttons and action.endswith(f"pressed {name!r}"):
+            break
         else:
-            problems.append(f"cell {cell_index}: moving the {label} ({action}) did not change what "
-                            f"the widget shows within {CHANGE_TIMEOUT} s")
+            done.append(f"cell {cell_index}: {label}: {action}: display changed")
+    problems += [f"cell {cell_index}: after the interactions the widget shows {marker!r}"
+                 for marker in ("Traceback", *NOT_RENDERED) if marker in display_of(page, area)["text"]]
     return problems, done
 
 
@@ -341,18 +402,22 @@ def page(browser):
     context = browser.new_context(viewport=LAPTOP, device_scale_factor=1)
     page = context.new_page()
     page.set_default_timeout(30_000)
-    page.js_errors = []
+    page.js_errors, page.console_errors = [], []
     page.on("pageerror", lambda e: page.js_errors.append(str(e)))
+    page.on("console", lambda m: page.console_errors.append(m.text) if m.type == "error" else None)
     try:
         yield page
     finally:
         context.close()
 
 
+@pytest.mark.timeout(OPEN_TIMEOUT + RUN_TIMEOUT + 240)
 def test_notebook_runs_and_its_widgets_work(notebook, lab_server, page, artifacts):
     assert notebook is not None, (
         f"no notebooks found in {lab_server.source}: the browser suite has nothing to check")
     stem = Path(notebook).stem
+    for old in [*artifacts.glob(f"{stem}-*"), artifacts / f"{stem}.ipynb"]:
+        old.unlink(missing_ok=True)          # no screenshot of an earlier run left to mislead
     timings = {}
     t0 = time.monotonic()
 
@@ -391,11 +456,18 @@ def test_notebook_runs_and_its_widgets_work(notebook, lab_server, page, artifact
         done += d
     timings["interactions"] = time.monotonic() - t
     screenshot_notebook(page, artifacts / f"{stem}-after-interaction.png")
+    log = kernel_log(page)
+    if re.search(r"Traceback|Error\b", log):
+        problems.append(f"the kernel reported errors outside any cell (widget callbacks?):\n{log[-1500:]}")
+    elif log:
+        done.append(f"kernel log (outside any cell): {log[-500:]}")
 
     problems += [f"JavaScript error on the page: {e}" for e in page.js_errors]
     timings["total"] = time.monotonic() - t0
     report = [f"{stem}: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())] + done
-    (artifacts / f"{stem}-report.txt").write_text("\n".join(report + problems) + "\n")
+    # for the reader of the report only: JupyterLab logs some harmless errors of its own
+    console = [f"browser console error: {e[:300]}" for e in page.console_errors]
+    (artifacts / f"{stem}-report.txt").write_text("\n".join(report + problems + console) + "\n")
     print("\n".join(report))
     assert not problems, f"{notebook}:\n  " + "\n  ".join(problems)
 
