@@ -294,10 +294,12 @@ compared with *one worker alone*, training on its 32-digit mini-batches for the 
 print(f"N={N} ranks, by hand:          {by_hand[0].test_accuracy:.3f}")
 print(f"N={N} ranks, DDP:              {ddp[0].test_accuracy:.3f}")
 print(f"one process, batch {config['global_batch_size']}:      {single.test_accuracy:.3f}")
-assert by_hand[0].test_accuracy == ddp[0].test_accuracy == single.test_accuracy
+accuracies = [by_hand[0].test_accuracy, ddp[0].test_accuracy, single.test_accuracy]
+assert max(accuracies) - min(accuracies) <= 1 / len(digits.y_test)   # at most one test digit apart
 """),
     md("""
-Identical, as they must be. One seed says little about one worker alone, so compare a few
+The same, as they must be (on CPU to the last digit; rounding on other hardware could move a
+digit that sits right on a decision boundary). One seed says little about one worker alone, so compare a few
 seeds (single-process runs, each under a second):
 """),
     code("""
