@@ -269,7 +269,7 @@ to rounding error, which is all that floating-point addition in a different orde
 
 ## The same with PyTorch's DistributedDataParallel
 
-`DistributedDataParallel` (DDP) does the averaging for you, and faster: it groups gradients into
+`DistributedDataParallel` (DDP) does the averaging for you, usually faster: it groups gradients into
 buckets and starts all-reducing a bucket as soon as backward has produced it, while backward
 goes on with the earlier layers. The mathematics is the same, so the result must be too.
 """),
