@@ -8,7 +8,14 @@ Each module is one idea and names the lesson that introduces it:
 - ``launch``         start N real processes from a notebook cell and collect records (lesson 01)
 - ``data_parallel``  averaging gradients by hand, then with DDP (lesson 01)
 - ``records``        the plain results that widgets read (lesson 01)
-- ``widgets``        the pictures, drawn only from records (lesson 01)
+- ``doctor``         what this machine has and which backends are built (lesson 00)
+- ``horovod_backend`` the same jobs launched with Horovod (lesson 02)
+- ``collectives``    parameter server, ring and tree all-reduce on send/recv (lesson 03)
+- ``cost_model``     the alpha-beta model of what an all-reduce costs (lesson 03)
+- ``async_sgd``      asynchronous SGD with a parameter server, and staleness (lesson 04)
+- ``local_sgd``      gradient accumulation and local SGD: syncing every k steps (lesson 04)
+- ``scaling``        measured speedup, Amdahl's law and the large-batch study (lesson 05)
+- ``widgets``        the pictures, drawn only from records (one module per lesson)
 """
 from .launch import PortInUseError, WorkerError, launch
 from .records import RankRecord, StepRecord, max_param_difference, throughput

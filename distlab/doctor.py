@@ -1,8 +1,8 @@
 """What is on this machine, and which ways of running distributed jobs work here.
 
 Introduced in lesson 00 (``notebooks/00_welcome.ipynb``); also ``distlab doctor`` in a terminal.
-Everything reported is *checked*, not assumed: a backend counts as working only when a
-tiny real job ran on it.
+It reports what this Python can import and what each library was built with; lesson 00
+then runs a tiny real two-process job to show that the default backend works.
 """
 from __future__ import annotations
 
