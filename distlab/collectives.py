@@ -51,8 +51,8 @@ def _begin(tensor: torch.Tensor, op: str):
     if op not in OPS:
         raise ValueError(f"op must be 'sum' or 'avg', got {op!r}")
     if not dist.is_initialized():
-        raise RuntimeError("no process group: call the collectives inside a worker function "
-                           "started by distlab.launch(...)")
+        raise RuntimeError("no torch.distributed process group: call the collectives inside a worker "
+                           "function started by distlab.launch(..., backend='torchrun')")
     if not tensor.is_contiguous():
         raise ValueError("the tensor must be contiguous (as for dist.all_reduce); pass tensor.contiguous()")
     return dist.get_rank(), dist.get_world_size(), tensor.view(-1)

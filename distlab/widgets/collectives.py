@@ -51,16 +51,27 @@ def figure_png(fig: Figure, dpi: int = 80) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # replaying a trace
 # ---------------------------------------------------------------------------------------------
+def _chunk_starts(trace: dict) -> list[int]:
+    """Where each of the N chunks of ``tensor_split`` begins (and, last, where the tensor ends)."""
+    starts = [0]
+    for size in M.chunk_sizes(len(trace["inputs"][0]), trace["world_size"]):
+        starts.append(starts[-1] + size)
+    return starts
+
+
+def _cells(message: dict, starts: list[int]) -> range:
+    """The positions a message carried: its chunk, or the whole tensor."""
+    c = message["chunk"]
+    return range(starts[-1]) if c is None else range(starts[c], starts[c + 1])
+
+
 def frames(trace: dict) -> list[dict]:
     """The state of every rank before the first step and after each step of a merged trace.
 
     ``values[r][i]`` is the number rank r held (the recorded ``after`` of the last message
     it received, else its input); ``who[r][i]`` the ranks whose input is added into it.
     """
-    n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
-    starts = [0]
-    for size in M.chunk_sizes(numel, n_ranks):
-        starts.append(starts[-1] + size)
+    n_ranks, numel, starts = trace["world_size"], len(trace["inputs"][0]), _chunk_starts(trace)
     values = [list(v) for v in trace["inputs"]]
     who = [[{r} for _ in range(numel)] for r in range(n_ranks)]
     out = [{"phase": "start", "step": None, "messages": [], "values": [list(v) for v in values],
@@ -71,8 +82,7 @@ def frames(trace: dict) -> list[dict]:
         messages = [m for m in trace["messages"] if m["phase"] == phase and m["step"] == step]
         before = [[set(s) for s in row] for row in who]
         for m in messages:
-            cells = range(numel) if m["chunk"] is None else range(starts[m["chunk"]], starts[m["chunk"] + 1])
-            for i, value in zip(cells, m["after"]):
+            for i, value in zip(_cells(m, starts), m["after"]):
                 values[m["dst"]][i] = value
                 who[m["dst"]][i] = (who[m["dst"]][i] | before[m["src"]][i] if phase in M.REDUCING
                                     else set(before[m["src"]][i]))
@@ -99,9 +109,12 @@ def describe(trace: dict) -> str:
     sent = bytes_sent(trace["messages"], n_ranks)
     lines = [f"{trace['algorithm']} all-reduce on {n_ranks} ranks: {len(trace['messages'])} messages, "
              f"bytes sent per rank {sent}"]
+    edges = _chunk_starts(trace) if trace["algorithm"] == "ring" else [0, len(trace["inputs"][0])]
     for f in frames(trace):
         lines.append(frame_title(trace, f))
-        lines += [f"  rank {r}: " + " ".join(_number(v) for v in f["values"][r]) for r in range(n_ranks)]
+        for r in range(n_ranks):
+            chunks = [" ".join(_number(v) for v in f["values"][r][a:b]) for a, b in zip(edges, edges[1:])]
+            lines.append(f"  rank {r}: " + " | ".join(chunks))
     return "\n".join(lines)
 
 
@@ -111,7 +124,7 @@ def describe(trace: dict) -> str:
 def draw_frame(ax, trace: dict, frame: dict, changed: set | None = None) -> None:
     """One state: rows of cells (colours = contributing ranks, text = the number), arrows = messages."""
     n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
-    bounds = [sum(M.chunk_sizes(numel, n_ranks)[:c]) for c in range(1, n_ranks)]
+    edges = _chunk_starts(trace)                           # chunk c spans edges[c]..edges[c+1]
     bars, colours, cells, widths = [], [], [], []          # drawn as two collections: fast
     for r in range(n_ranks):
         y = n_ranks - 1 - r
@@ -127,7 +140,7 @@ def draw_frame(ax, trace: dict, frame: dict, changed: set | None = None) -> None
             widths.append(2.4 if (r, i) in (changed or ()) else 0.6)
             ax.text(i + 0.5, y + 0.68, _number(frame["values"][r][i]), ha="center", va="center", fontsize=8)
         if trace["algorithm"] == "ring":
-            for b in bounds:
+            for b in edges[1:-1]:
                 ax.plot([b, b], [y, y + 1], color="black", lw=2.5)
     ax.add_collection(PatchCollection(bars, facecolors=colours, linewidths=0))
     ax.add_collection(PatchCollection(cells, facecolors="none", edgecolors="black", linewidths=widths))
@@ -140,7 +153,6 @@ def draw_frame(ax, trace: dict, frame: dict, changed: set | None = None) -> None
                                      color=RANK_COLOURS[m["src"] % 8],
                                      path_effects=[withStroke(linewidth=2.6, foreground="black")]))
     if trace["algorithm"] == "ring":
-        edges = [0] + bounds + [numel]
         for c in range(n_ranks):
             ax.text((edges[c] + edges[c + 1]) / 2, n_ranks + 0.1, f"chunk {c}", ha="center",
                     va="bottom", fontsize=8)
@@ -150,10 +162,8 @@ def draw_frame(ax, trace: dict, frame: dict, changed: set | None = None) -> None
 
 
 def _changed_cells(trace, frame) -> set:
-    n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
-    starts = [sum(M.chunk_sizes(numel, n_ranks)[:c]) for c in range(n_ranks + 1)]
-    return {(m["dst"], i) for m in frame["messages"]
-            for i in (range(numel) if m["chunk"] is None else range(starts[m["chunk"]], starts[m["chunk"] + 1]))}
+    starts = _chunk_starts(trace)
+    return {(m["dst"], i) for m in frame["messages"] for i in _cells(m, starts)}
 
 
 def _message_text(frame) -> str:
@@ -200,7 +210,8 @@ class AnimationView:
         self.play = W.Play(value=0, min=0, max=self.count - 1, interval=1400, description="play")
         W.jslink((self.play, "value"), (self.slider, "value"))
         self.image = W.Image(format="png", value=self.png(0))
-        self.slider.observe(lambda change: setattr(self.image, "value", self.png(change["new"])), names="value")
+        self.slider.observe(lambda change: setattr(self.image, "value", self.png(change["new"])),
+                            names="value")
         self.box = W.VBox([W.HBox([self.play, self.slider]), self.image])
 
     def png(self, index: int) -> bytes:
