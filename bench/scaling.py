@@ -11,8 +11,8 @@ regime (``WORST``):
 
 Everything runs through ``distlab.scaling.run_scaling`` (``data_parallel.train`` on real
 ranks; throughput from the first measured step to the last, warm-up steps skipped).  Each
-round launches 1 process and 2 ranks, in alternating order; inside a launch the
-configurations alternate too.  The speedup of a round is a ratio of medians; the result is
+round launches 1 process x 1 thread, 1 process x 2 threads and 2 ranks x 1 thread, in
+alternating order; inside a launch the configurations alternate too.  The speedup of a round is a ratio of medians; the result is
 the median over rounds.
 
 ``python bench/scaling.py --grid`` instead searches a grid of models, widths and batches

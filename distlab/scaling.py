@@ -103,35 +103,30 @@ def check_configs(world_size: int, configs, *, steps: int = 12, skip: int = 2,
     if not isinstance(skip, int) or not 0 <= skip < steps - 1:
         raise ValueError(f"skip must be an integer in 0..steps-2, got skip={skip!r}, steps={steps!r}")
     for cfg in configs:
-        extra = set(cfg) - {"model", "width", "batch_size", "global_batch_size", "threads"}
+        extra = set(cfg) - {"model", "width", "batch_size", "global_batch_size"}
         if extra:
             raise ValueError(f"unknown configuration keys {sorted(extra)} in {cfg}")
-        validate_args(world_size, method=method, steps=steps, dtype=dtype,
-                      **{k: v for k, v in cfg.items() if k != "threads"})
+        validate_args(world_size, method=method, steps=steps, dtype=dtype, **cfg)
 
 
 def measure(worker, *, configs, steps: int = 12, skip: int = 2, repeats: int = 1,
             method: str = "by_hand", dtype: str = "float32") -> list[dict]:
     """Lesson 05: train each configuration for ``steps`` steps; return one row per run.
 
-    ``configs`` are dicts with ``model``, ``width``, either ``global_batch_size`` (strong
-    scaling: the job's batch stays fixed as ranks are added) or ``batch_size`` (weak
-    scaling: each rank's batch stays fixed), and optionally ``threads`` (intra-op threads,
-    only meaningful for one process).  The configurations alternate ``repeats`` times so
-    that a noisy moment of the machine hits all of them, not one.
+    ``configs`` are dicts with ``model``, ``width`` and either ``global_batch_size``
+    (strong scaling: the job's batch stays fixed as ranks are added) or ``batch_size``
+    (weak scaling: each rank's batch stays fixed).  The configurations alternate
+    ``repeats`` times so that a noisy moment of the machine hits all of them, not one.
     """
     check_configs(worker.world_size, configs, steps=steps, skip=skip, method=method, dtype=dtype)
     rows = []
     for rep in range(repeats):
         for cfg in configs:
-            kwargs = {k: v for k, v in cfg.items() if k != "threads"}
-            with intra_op_threads(cfg.get("threads", torch.get_num_threads())):
-                record = train(worker, method=method, steps=steps, dtype=dtype, lr=0.01,
-                               record_grads_at=(), **kwargs)
-                threads = torch.get_num_threads()
+            record = train(worker, method=method, steps=steps, dtype=dtype, lr=0.01,
+                           record_grads_at=(), **cfg)
             timeline = _gather_timeline(worker, record)
             row = dict(model=cfg["model"], width=cfg["width"], world_size=worker.world_size,
-                       threads=threads, method=method, dtype=dtype, repeat=rep,
+                       threads=torch.get_num_threads(), method=method, dtype=dtype, repeat=rep,
                        batch_size=record.config["batch_size"],
                        global_batch_size=record.config["batch_size"] * worker.world_size,
                        scaling="strong" if "global_batch_size" in cfg else "weak",
@@ -187,29 +182,25 @@ def run_scaling(configs, world_sizes=(1, 2), *, single_threads=(1, 2), steps: in
                 backend: str = "torchrun", device: str = "cpu", progress: str = "none") -> list[dict]:
     """Lesson 05: measure every configuration at every world size; return all rows.
 
-    One launch per world size.  Ranks get one intra-op thread each; the one-process
-    baseline runs every configuration once per entry of ``single_threads`` (1 thread: the
-    per-core baseline; all cores: the honest single-machine alternative).  World sizes
-    beyond the machine's cores run oversubscribed, with a warning: they measure what
-    happens when ranks share cores, not what more cores would give.
+    One launch per world size, each rank with one intra-op thread; for N = 1, one launch
+    per entry of ``single_threads`` (1 thread: the per-core baseline; all cores: the
+    honest single-machine alternative).  World sizes beyond the machine's cores run
+    oversubscribed, with a warning: they measure what happens when ranks share cores,
+    not what more cores would give.
     """
     from .launch import launch
 
     cores = os.cpu_count() or 1
     rows = []
-    for n in world_sizes:
-        if device == "cpu" and n > cores:
-            warnings.warn(f"{n} ranks on {cores} cores: oversubscribed, the ranks take turns on "
-                          "the cores; this measures contention, not scaling", stacklevel=2)
-        if n == 1:
-            cfgs = [dict(c, threads=t) for c in configs for t in single_threads]
-            threads = max(single_threads)
-        else:
-            cfgs, threads = list(configs), 1
+    jobs = [(n, t) for n in world_sizes for t in (single_threads if n == 1 else (1,))]
+    for n, threads in jobs:
+        if device == "cpu" and n * threads > cores:
+            warnings.warn(f"{n} ranks x {threads} threads on {cores} cores: oversubscribed, they take "
+                          "turns on the cores; this measures contention, not scaling", stacklevel=2)
         t0 = time.time()
         out = launch(measure, world_size=n, backend=backend, device=device, threads=threads,
-                     progress=progress, configs=cfgs, steps=steps, skip=skip, repeats=repeats,
-                     method=method, dtype=dtype)
+                     progress=progress, configs=list(configs), steps=steps, skip=skip,
+                     repeats=repeats, method=method, dtype=dtype)
         launch_s = time.time() - t0
         for row in out[0]:
             row["launch_s"] = launch_s

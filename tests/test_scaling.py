@@ -106,7 +106,7 @@ def test_split_step_times_from_a_synthetic_timeline():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(configs=[]), "configs is empty"),
     (dict(configs=[dict(model="mlp", width=8, global_batch_size=63)]), "does not divide"),
-    (dict(configs=[dict(model="mlp", width=8, batch_size=8, colour="red")]), "unknown configuration"),
+    (dict(configs=[dict(model="mlp", width=8, batch_size=8, threads=2)]), "unknown configuration"),
     (dict(configs=[dict(model="rnn", width=8, batch_size=8)]), "unknown model"),
     (dict(configs=[dict(model="mlp", width=8, batch_size=8)], steps=4, skip=3), "skip"),
 ])

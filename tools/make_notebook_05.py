@@ -90,10 +90,10 @@ my_guess = {"worst": 1.5, "probe": 1.5, "best": 1.5}   # <- write yours, then ru
 
 `scaling.run_scaling` launches one job per world size and trains every configuration back to
 back in it with the same `data_parallel.train` as lesson 01 (start-up, several seconds per
-launch, is paid once and is **not** in the throughput). Inside a launch the configurations
-take turns twice; the first steps of each run are skipped (they pay for memory allocation).
-The one-process job runs each configuration twice: with **1 thread** (the per-core question)
-and with **2 threads** (one process using both cores: the single-machine alternative).
+launch, is paid once per launch and is **not** in the throughput). Inside a launch the
+configurations take turns twice; the first steps of each run are skipped (they pay for memory
+allocation). One process is launched twice: with **1 thread** (the per-core question) and with
+**2 threads** (one process using both cores: the single-machine alternative).
 
 Two kinds of scaling:
 
@@ -111,7 +111,7 @@ CONFIGS = [REGIMES["worst"], REGIMES["probe"], REGIMES["best"],
 started = time.time()
 rows = scaling.run_scaling(CONFIGS, world_sizes=(1, 2), steps=8, skip=2, repeats=2)
 elapsed = time.time() - started
-print(f"2 launches in {elapsed:.0f} s\\n")
+print(f"3 launches in {elapsed:.0f} s\\n")
 print(pictures.speedup_table(rows))
 """, ignore=True),
     md("""
@@ -136,7 +136,7 @@ up, with the communication-to-computation ratio. Right: every configuration meas
 speedup of 2 ranks against FLOPs per byte of gradient.
 
 Choose another model, width and batch and press **measure** to add a real measurement
-(about 15 seconds: two launches).
+(about 20 seconds: three launches).
 """),
     code("""
 pictures.speedup_widget(rows, key=scaling.config_key(dict(REGIMES["best"], scaling="strong")))
@@ -257,7 +257,7 @@ worst = {r["world_size"]: r for r in table if scaling.config_key(r) == scaling.c
 best = {r["world_size"]: r for r in table if scaling.config_key(r) == scaling.config_key(dict(REGIMES["best"], scaling="strong"))}
 measured_seconds = sum(r["step_s"] * 6 for r in rows)        # the timed steps of every run
 print("OVERHEAD")
-print(f"  the 2 launches took {elapsed:.0f} s; the timed training steps in them {measured_seconds:.1f} s")
+print(f"  the 3 launches took {elapsed:.0f} s; the timed training steps in them {measured_seconds:.1f} s")
 print(f"  even alone, the small MLP's all-reduce costs {worst[1]['comm_s'] * 1e3:.2f} ms per step "
       f"({worst[1]['comm_s'] / worst[1]['compute_s']:.1f}x its compute); with 2 ranks it waits and "
       f"talks {worst[2]['comm_to_compute']:.1f}x its compute")

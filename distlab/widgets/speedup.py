@@ -11,8 +11,8 @@ that ``distlab.scaling.run_scaling`` measured on real ranks:
 3. **speedup against compute per byte** of gradient for every configuration measured so
    far: the picture that says which regime pays.
 
-The widget's "measure" button runs a real, small measurement (two launches, a few seconds
-each) through ``distlab.scaling``; the widget itself only draws rows.
+The widget's "measure" button runs a real, small measurement (three launches, a few
+seconds each) through ``distlab.scaling``; the widget itself only draws rows.
 """
 from __future__ import annotations
 
@@ -92,21 +92,19 @@ def _speedup_panel(ax, mine, rows, key):
 
 
 def _split_panel(ax, mine):
-    labels = [f"N={r['world_size']}" for r in mine]
+    labels = [f"N={r['world_size']}\n{r['comm_to_compute']:.2f}" for r in mine]
     bottom = [0.0] * len(mine)
     for part, field in [("compute", "compute_s"), ("communication", "comm_s"),
                         ("waiting", "wait_s"), ("rest", "other_s")]:
         ms = [max(r[field], 0.0) * 1e3 if r[field] == r[field] else 0.0 for r in mine]
         ax.bar(labels, ms, bottom=bottom, color=COLOURS[part], label=part)
         bottom = [b + m for b, m in zip(bottom, ms)]
-    for i, r in enumerate(mine):
-        if r["world_size"] > 1:
-            ax.annotate(f"comm/compute\n{r['comm_to_compute']:.2f}", (i, bottom[i]),
-                        ha="center", va="bottom", fontsize=8)
-    ax.set_ylim(0, max(bottom) * 1.3)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_xlabel("(communication + waiting) / compute", fontsize=8)
     ax.set_ylabel("time per step (ms)")
     ax.set_title("where a step goes", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.06), ncol=4, frameon=False,
+              handlelength=1, columnspacing=0.8)
 
 
 def _regime_panel(ax, table, key):
@@ -114,10 +112,12 @@ def _regime_panel(ax, table, key):
     for r in pairs:
         x = scaling.compute_per_byte(r["model"], r["width"], r["batch_size"], r["dtype"])
         chosen = scaling.config_key(r) == key
-        ax.scatter(x, r["speedup"], marker="o" if r["model"] == "mlp" else "D",
-                   s=60 if chosen else 25, color=COLOURS["measured"] if chosen else COLOURS["compute"])
-        ax.annotate(f"{r['model']}{r['width']}/{r['global_batch_size']}", (x, r["speedup"]),
-                    textcoords="offset points", xytext=(4, 3), fontsize=7)
+        weak = r["scaling"] == "weak"
+        colour = COLOURS["measured"] if chosen else COLOURS["compute"]
+        ax.scatter(x, r["speedup"], marker="o" if r["model"] == "mlp" else "D", s=60 if chosen else 25,
+                   color="none" if weak else colour, edgecolors=colour)
+        ax.annotate(f"{r['model']}{r['width']}/{r['global_batch_size']}" + (" weak" if weak else ""),
+                    (x, r["speedup"]), textcoords="offset points", xytext=(4, -9 if weak else 3), fontsize=7)
     ax.axhline(2, ls="--", color="grey", lw=1)
     ax.axhline(1, ls=":", color=COLOURS["waiting"], lw=1)
     ax.text(0.02, 0.93, "ideal", transform=ax.transAxes, fontsize=7, color="grey")
@@ -125,7 +125,7 @@ def _regime_panel(ax, table, key):
     ax.set_ylim(0, 2.3)
     ax.set_xlabel("training FLOPs per byte of gradient (per rank)")
     ax.set_ylabel("speedup of 2 ranks")
-    ax.set_title("below the dotted line, 2 ranks are slower", fontsize=9)
+    ax.set_title("below the dotted line, 2 ranks are slower\n(hollow: weak scaling)", fontsize=9)
 
 
 def figure_png(fig) -> bytes:
@@ -159,8 +159,8 @@ class SpeedupView:
         self.batch = W.Dropdown(options=BATCHES, description="global batch")
         self.batch.value = last["global_batch_size"] if last["global_batch_size"] in BATCHES else 256
         self.button = W.Button(description="measure", button_style="primary",
-                               tooltip="launch 1 process, then 2 ranks, and time them")
-        self.status = W.Label("" if self.rows else "press measure (about 15 s)")
+                               tooltip="launch 1 process (1, then 2 threads), then 2 ranks, and time them")
+        self.status = W.Label("" if self.rows else "press measure (about 20 s)")
         self.image = W.Image(format="png", value=self.png() if self.rows else b"")
         self.model.observe(self._model_changed, names="value")
         self.button.on_click(self.measure)
