@@ -292,7 +292,8 @@ def _failure(run_dir: str, world_size: int, proc) -> WorkerError:
                 errors.append(json.load(f))
         except (OSError, ValueError):     # a rank stopped while writing it
             pass
-    exits = {int(r): int(c) for r, c in _FAILURE.findall(log)}
+    exits = proc.exit_codes() if hasattr(proc, "exit_codes") else \
+        {int(r): int(c) for r, c in _FAILURE.findall(log)}      # Horovod's job parses its own log
     for rank, code in sorted(exits.items()):
         if code < 0 and code != -signal.SIGTERM and not any(e["rank"] == rank for e in errors):
             return WorkerError(rank, f"it was killed by {_SIGNALS.get(code, code)} "

@@ -24,6 +24,7 @@ arrives makes the others fail with an error instead of waiting forever.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -80,7 +81,8 @@ class Worker:
             raise ValueError(f"op must be 'sum' or 'avg', got {op!r}")
         if self._hvd is not None:
             hvd = self._hvd
-            hvd.allreduce_(tensor, op=hvd.Sum if op == "sum" else hvd.Average)
+            self._hvd_wait(hvd.allreduce_async_(tensor, op=hvd.Sum if op == "sum" else hvd.Average),
+                           "all_reduce")
             return tensor
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)   # gloo has no AVG: sum, then divide
         if op == "avg":
@@ -90,7 +92,7 @@ class Worker:
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         """Overwrite ``tensor`` on every rank with rank ``src``'s copy."""
         if self._hvd is not None:
-            self._hvd.broadcast_(tensor, root_rank=src)
+            self._hvd_wait(self._hvd.broadcast_async_(tensor, root_rank=src), "broadcast")
         else:
             dist.broadcast(tensor, src=src)
         return tensor
@@ -98,7 +100,8 @@ class Worker:
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Every rank's ``tensor`` (same shape on every rank), in rank order."""
         if self._hvd is not None:
-            return list(self._hvd.allgather(tensor.unsqueeze(0)).unbind(0))
+            gathered = self._hvd_wait(self._hvd.allgather_async(tensor.unsqueeze(0)), "all_gather")
+            return list(gathered.unbind(0))
         out = [torch.empty_like(tensor) for _ in range(self.world_size)]
         dist.all_gather(out, tensor)
         return out
@@ -106,9 +109,28 @@ class Worker:
     def barrier(self) -> None:
         """Wait until every rank has arrived here."""
         if self._hvd is not None:
-            self._hvd.barrier()
+            # An all-reduce of nothing: no rank can finish it before every rank has started it.
+            self._hvd_wait(self._hvd.allreduce_async_(torch.zeros(1), op=self._hvd.Sum), "barrier")
         else:
             dist.barrier()
+
+    def _hvd_wait(self, handle, what: str):
+        """Lesson 02: wait for a Horovod collective, but not forever.
+
+        ``hvd.synchronize`` has no time limit, and Horovod's "stall check" (which should stop
+        a job whose ranks never all join a collective) did not fire in our tests of Horovod
+        0.28.1 with Gloo.  So we poll, and give up after ``timeout`` seconds as
+        torch.distributed does.
+        """
+        hvd, pause = self._hvd, 5e-5
+        deadline = time.monotonic() + self.timeout
+        while not hvd.poll(handle):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} on rank {self.rank} waited more than {self.timeout:g} s: "
+                                   "some rank never joined it")
+            time.sleep(pause)
+            pause = min(2 * pause, 1e-3)
+        return hvd.synchronize(handle)
 
     # -- talking to the launcher -----------------------------------------------------------
     def progress(self, step: int, total: int, force: bool = False, **metrics) -> None:
@@ -152,6 +174,9 @@ def start_worker(backend: str, device: str = "auto", timeout: float = DEFAULT_TI
                       timeout, run_dir)
     if backend == "horovod":
         import horovod.torch as hvd
+        # Horovod reads Gloo's time limit (for connecting, and for each transfer) from the
+        # environment in init(); a rank that never joins a collective is _hvd_wait's business.
+        os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, math.ceil(timeout)))
         hvd.init()
         dev = choose_device(device, hvd.local_size())
         if dev == "cuda":
