@@ -1,0 +1,193 @@
+"""The Horovod backend: the same jobs, the same answers, the same failure handling as torchrun.
+
+Horovod launches cost several seconds each, so each test does as much as it can per launch.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+import distlab
+import horovod_workers
+import workers
+from conftest import ROOT, alive, read_pids
+from distlab import data_parallel as dp
+from distlab import doctor
+from distlab.horovod_backend import horovodrun_command
+
+HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+STEPS = 60   # > one epoch for N=4, B=8: crosses an epoch boundary and a reshuffle
+CONFIG = dict(model="mlp", width=32, batch_size=8, steps=STEPS, lr=0.2, seed=3, record_grads_at=(0, 59))
+
+
+def _children():
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+# ---- the build --------------------------------------------------------------------------------
+def test_doctor_reports_the_horovod_build_as_horovodrun_does():
+    rep = doctor.horovod_build()
+    assert rep["installed"] and rep["version"] == "0.28.1"
+    assert "gloo" in rep["controllers"] and "gloo" in rep["tensor_operations"]
+    assert os.access(rep["horovodrun"], os.X_OK)
+    line = [ln for ln in doctor.format_report(doctor.report()).splitlines() if ln.startswith("Horovod")]
+    assert line == [f"Horovod 0.28.1: controllers {', '.join(rep['controllers'])}; "
+                    f"tensor operations {', '.join(rep['tensor_operations'])}"]
+    # Horovod's own account of its build must say the same.
+    out = subprocess.run([HOROVODRUN, "--check-build"], capture_output=True, text=True, timeout=120).stdout
+    sections = dict(re.findall(r"Available (\w[\w ]*):\n((?:\s+\[.\] .*\n?)+)", out))
+    ticked = {name: {n.strip().lower() for n in re.findall(r"\[X\] (.*)", body)} for name, body in sections.items()}
+    assert "pytorch" in ticked["Frameworks"]
+    assert ticked["Controllers"] == set(rep["controllers"])
+    assert ticked["Tensor Operations"] == set(rep["tensor_operations"])
+
+
+def test_without_horovod_the_error_is_clear_and_doctor_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "horovod.torch", None)     # makes `import horovod.torch` fail
+    t0 = time.time()
+    with pytest.raises(RuntimeError, match="backend='horovod' needs Horovod built with PyTorch and Gloo"):
+        distlab.launch(workers.echo, world_size=2, backend="horovod")
+    assert time.time() - t0 < 5
+    assert doctor.horovod_build()["installed"] is False
+    assert "Horovod: not installed" in doctor.format_report(doctor.report())
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(world_size=0), "world_size must be an integer >= 1"),
+    (dict(world_size=3, global_batch_size=64), "does not divide among 3 ranks"),
+    (dict(world_size=2, batch_size=8, method="magic"), "unknown method"),
+    (dict(world_size=2, batch_size=8, timeout=-1), "timeout must be a positive"),
+])
+def test_bad_input_fails_before_any_horovod_process_starts(kwargs, match):
+    before = _children()
+    t0 = time.time()
+    with pytest.raises(ValueError, match=match):
+        distlab.launch(dp.train, backend="horovod", **kwargs)
+    assert time.time() - t0 < 5 and _children() - before == set()
+
+
+# ---- running -----------------------------------------------------------------------------------
+def test_every_rank_runs_every_collective_and_returns_its_record(pid_dir, capsys):
+    recs = distlab.launch(horovod_workers.every_collective, world_size=3, backend="horovod", timeout=17,
+                          pid_dir=pid_dir, progress="text")
+    assert [r["rank"] for r in recs] == [0, 1, 2]
+    assert all(r["world_size"] == 3 and r["backend"] == "horovod" and r["device"] == "cpu" for r in recs)
+    assert all(r["sum"] == 6.0 and r["avg"] == 1.0 and r["bcast"] == 2.0 for r in recs)
+    assert all(r["gathered"] == [[0, 0], [1, 10], [2, 20]] and r["threads"] == 1 for r in recs)
+    assert len({r["pid"] for r in recs}) == 3 and os.getpid() not in {r["pid"] for r in recs}
+    assert alive(read_pids(pid_dir)) == []
+    # Our settings reached Horovod, and horovod.run's "(None,)" cycle time and cache size did not.
+    assert all(r["horovod_env"] == {"HOROVOD_CYCLE_TIME": None, "HOROVOD_CACHE_CAPACITY": None,
+                                    "HOROVOD_GLOO_TIMEOUT_SECONDS": "17", "HOROVOD_GLOO_IFACE": "lo"}
+               for r in recs)
+    out = capsys.readouterr().out
+    assert "every_collective on 3 cpu rank(s) via horovod" in out and "done" in out
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_horovod_equals_torchrun_and_one_big_batch(n):
+    """Same seed: N Horovod ranks, N torchrun ranks and one process at batch N*B agree to 1e-6."""
+    ref = dp.train_single(world_size=n, **CONFIG)
+    on = {backend: distlab.launch(horovod_workers.train_both_ways, world_size=n, backend=backend,
+                                  progress="none", **CONFIG)
+          for backend in ("horovod", "torchrun")}
+    for method in ("by_hand", "ddp"):
+        hvd = [r[method] for r in on["horovod"]]
+        trn = [r[method] for r in on["torchrun"]]
+        assert [(r.rank, r.world_size, r.backend, r.method) for r in hvd] == \
+            [(k, n, "horovod", method) for k in range(n)]
+        vs_single = max(distlab.max_param_difference(r.params, ref.params) for r in hvd)
+        vs_torchrun = max(distlab.max_param_difference(h.params, t.params) for h, t in zip(hvd, trn))
+        print(f"horovod {method} N={n}: max |param difference| vs one process at batch {8 * n}: "
+              f"{vs_single:.2e}, vs torchrun: {vs_torchrun:.2e}")
+        assert vs_single <= 1e-6 and vs_torchrun <= 1e-6
+        for step in (0, STEPS - 1):      # the averaged gradient is the big-batch gradient
+            for layer, g in ref.grads[step].items():
+                assert all((r.grads[step][layer]["average"] - g["local"]).abs().max() <= 1e-6 for r in hvd)
+        assert len({r.test_accuracy for r in hvd}) == 1
+        assert [s.step for s in hvd[0].steps] == list(range(STEPS))
+        assert hvd[0].steps[-1].loss < hvd[0].steps[0].loss
+
+
+def test_horovodrun_in_a_terminal_runs_the_same_training(tmp_path):
+    run_dir = str(tmp_path / "run")
+    cmd = horovodrun_command(2, run_dir)
+    assert cmd[:6] == ["horovodrun", "-np", "2", "--gloo", "-H", "localhost:2"]
+    cmd[0] = HOROVODRUN
+    cmd += ["distlab.data_parallel:train", "method=ddp", "record_grads_at=()"]
+    cmd += [f"{k}={v}" for k, v in CONFIG.items() if k != "record_grads_at"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "rank 0: done" in out.stdout and "rank 1: done" in out.stdout
+    import torch
+    recs = [torch.load(os.path.join(run_dir, f"record_{r}.pt"), weights_only=False) for r in (0, 1)]
+    ref = dp.train_single(world_size=2, **dict(CONFIG, record_grads_at=()))
+    assert [(r.rank, r.backend, r.method) for r in recs] == [(0, "horovod", "ddp"), (1, "horovod", "ddp")]
+    assert max(distlab.max_param_difference(r.params, ref.params) for r in recs) <= 1e-6
+
+
+# ---- failing -----------------------------------------------------------------------------------
+def test_a_rank_that_raises_is_named_with_its_traceback(pid_dir):
+    before = _children()
+    with pytest.raises(distlab.WorkerError) as info:
+        distlab.launch(workers.raise_on_rank, world_size=3, bad_rank=2, backend="horovod",
+                       pid_dir=pid_dir, progress="none")
+    err = info.value
+    assert err.rank == 2
+    assert "rank 2 failed" in str(err) and "deliberate failure on rank 2" in str(err)
+    assert "Traceback" in str(err) and "workers.py" in err.remote_traceback
+    assert len(read_pids(pid_dir)) == 3 and alive(read_pids(pid_dir)) == []
+    assert _children() - before == set()
+
+
+def test_a_rank_killed_by_a_signal_is_named(pid_dir):
+    before = _children()
+    with pytest.raises(distlab.WorkerError, match="rank 1 failed: it was killed by SIGKILL") as info:
+        distlab.launch(workers.kill_on_rank, world_size=2, bad_rank=1, backend="horovod",
+                       pid_dir=pid_dir, progress="none")
+    assert info.value.rank == 1
+    assert alive(read_pids(pid_dir)) == []
+    assert _children() - before == set()
+
+
+def test_a_missing_peer_ends_in_a_timeout_not_a_hang(pid_dir):
+    with pytest.raises(distlab.WorkerError, match="waited more than 3 s: some rank never joined") as info:
+        distlab.launch(workers.skip_collective, world_size=2, timeout=3, backend="horovod",
+                       pid_dir=pid_dir, progress="none")
+    assert info.value.rank == 0           # rank 0 gave up waiting for rank 1
+    assert alive(read_pids(pid_dir)) == []
+
+
+def test_interrupt_stops_every_process(tmp_path, pid_dir):
+    """Ctrl-C (a notebook's "interrupt kernel") stops the driver, its helpers and every rank."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys; sys.path.insert(0, %r)\n"
+        "import distlab, workers\n"
+        "try:\n"
+        "    distlab.launch(workers.run_forever, world_size=2, backend='horovod', pid_dir=%r, progress='text')\n"
+        "except KeyboardInterrupt as e:\n"
+        "    print('INTERRUPTED:', e, flush=True); sys.exit(3)\n" % (os.path.join(ROOT, "tests"), pid_dir))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=ROOT)
+    deadline = time.time() + 120
+    while len(os.listdir(pid_dir)) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    pids = read_pids(pid_dir)
+    assert len(pids) == 2 and len(alive(pids)) == 2
+    time.sleep(1.0)
+    family = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    assert set(pids) <= set(family) and len(family) > 2    # driver, Horovod's helpers, the ranks
+    t0 = time.time()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    stopped_in = time.time() - t0
+    assert proc.returncode == 3, out
+    assert "INTERRUPTED: interrupted: all 2 workers were stopped" in out
+    assert alive(family) == []
+    assert stopped_in < 20
