@@ -15,6 +15,9 @@ round launches 1 process x 1 thread, 1 process x 2 threads and 2 ranks x 1 threa
 alternating order; inside a launch the configurations alternate too.  The speedup of a round is a ratio of medians; the result is
 the median over rounds.
 
+``--method ddp`` measures with DistributedDataParallel (bucketed all-reduces overlapping
+the backward pass) instead of the by-hand averaging (one all-reduce per tensor after it).
+
 ``python bench/scaling.py --grid`` instead searches a grid of models, widths and batches
 once and prints every speedup sorted (how ``BEST`` was chosen; a few minutes).
 """
@@ -31,6 +34,7 @@ from distlab import scaling  # noqa: E402
 
 BEST, PROBE, WORST = scaling.REGIMES["best"], scaling.REGIMES["probe"], scaling.REGIMES["worst"]
 ROUNDS, STEPS, SKIP, REPEATS = 3, 10, 2, 2
+METHOD = "by_hand"   # or "ddp", from the command line
 GRID = ([dict(model="mlp", width=w, global_batch_size=b) for w, b in
           [(64, 64), (64, 1436), (256, 256), (1024, 256), (1024, 896), (1024, 1436), (2048, 1436)]]
         + [dict(model="cnn", width=w, global_batch_size=b) for w in (8, 16, 32)
@@ -52,7 +56,7 @@ def speedups_by_config(rows) -> dict:
 
 def bench() -> None:
     configs = [BEST, PROBE, WORST]
-    print(f"{ROUNDS} rounds; each: 1 process (1 and 2 threads) and 2 ranks x 1 thread, "
+    print(f"{ROUNDS} rounds, method {METHOD}; each: 1 process (1 and 2 threads) and 2 ranks x 1 thread, "
           f"{STEPS} steps ({SKIP} skipped), configurations alternating {REPEATS}x; "
           f"{os.cpu_count()} cores", flush=True)
     rounds = []
@@ -60,7 +64,8 @@ def bench() -> None:
         order = (1, 2) if i % 2 == 0 else (2, 1)
         rows = []
         for n in order:
-            rows += scaling.run_scaling(configs, (n,), steps=STEPS, skip=SKIP, repeats=REPEATS)
+            rows += scaling.run_scaling(configs, (n,), steps=STEPS, skip=SKIP, repeats=REPEATS,
+                                        method=METHOD)
         rounds.append(speedups_by_config(rows))
         print(f"round {i}: " + "; ".join(f"{k} {v[0]:.2f}x (vs 2 threads {v[1]:.2f}x)"
                                          for k, v in rounds[-1].items()), flush=True)
@@ -80,14 +85,21 @@ def bench() -> None:
 
 def grid() -> None:
     print(f"grid of {len(GRID)} configurations, 1 round", flush=True)
-    rows = scaling.run_scaling(GRID, (1, 2), steps=8, skip=2, repeats=1)
+    rows = scaling.run_scaling(GRID, (1, 2), steps=8, skip=2, repeats=1, method=METHOD)
     found = speedups_by_config(rows)
     for k, (s, s2, ratio) in sorted(found.items(), key=lambda kv: -kv[1][0]):
-        print(f"{k:>14}: {s:.2f}x over 1x1, {s2:.2f}x over 1x2, (comm+wait)/compute {ratio:.2f}")
+        print(f"{k:>14}: {s:.2f}x over 1x1, {s2:.2f}x over 1x2, (comm+wait)/compute {ratio:.2f}")  # nan: ddp
 
 
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", action="store_true", help="search the grid instead")
+    parser.add_argument("--method", choices=("by_hand", "ddp"), default="by_hand")
+    args = parser.parse_args()
+    METHOD = args.method
     warnings.simplefilter("ignore", UserWarning)
     t0 = time.time()
-    grid() if "--grid" in sys.argv else bench()
+    grid() if args.grid else bench()
     print(f"({time.time() - t0:.0f} s)")
