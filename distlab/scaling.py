@@ -13,7 +13,8 @@ measures by how much and why:
    Warm-up steps are skipped: the first steps pay for memory allocation and caches.
 2. ``run_scaling`` launches it for N = 1, 2, ... and returns plain rows, one per
    configuration, world size and thread count.
-3. ``speedup`` compares them; ``fit_amdahl`` and ``fit_alpha_beta`` explain them.
+3. ``speedups`` compares them; ``fit_amdahl`` and ``fit_alpha_beta`` explain them;
+4. ``large_batch_study`` shows what the larger global batch does to accuracy.
 
 Why compute per byte decides everything: every step, each rank computes on its own
 ``B`` samples (work that shrinks as ranks are added) but sends its *whole* gradient (work
@@ -299,27 +300,24 @@ def fit_alpha_beta(rows) -> tuple[float, float]:
 
     Uses each row's measured communication time (``comm_s``: from the last rank's arrival
     at the all-reduces to their end) against its gradient size and number of tensors;
-    least squares, with neither coefficient allowed below zero.  Rows that cannot tell the
-    two apart (one size only) are explained by bandwidth alone.
+    least squares, with neither coefficient allowed below zero (then the better of the
+    one-coefficient fits is kept).
     """
     pts = [(r["n_tensors"] * 2 * (r["world_size"] - 1),
             2 * (r["world_size"] - 1) / r["world_size"] * r["grad_bytes"], r["comm_s"])
            for r in rows if r["world_size"] > 1 and r["comm_s"] == r["comm_s"]]
     if not pts:
         raise ValueError("fit_alpha_beta needs by_hand rows with more than one rank")
-    sxx = sum(p[0] * p[0] for p in pts)
-    syy = sum(p[1] * p[1] for p in pts)
-    sxy = sum(p[0] * p[1] for p in pts)
-    sxt = sum(p[0] * p[2] for p in pts)
-    syt = sum(p[1] * p[2] for p in pts)
-    det = sxx * syy - sxy * sxy
-    alpha, beta = ((syy * sxt - sxy * syt) / det, (sxx * syt - sxy * sxt) / det) if det else (-1, -1)
-    if alpha < 0 or beta < 0:                # keep the better one-coefficient fit
-        a_only, b_only = max(sxt / sxx, 0.0), max(syt / syy, 0.0)
-        err_a = sum((p[2] - a_only * p[0]) ** 2 for p in pts)
-        err_b = sum((p[2] - b_only * p[1]) ** 2 for p in pts)
-        alpha, beta = (0.0, b_only) if err_b <= err_a else (a_only, 0.0)
-    return alpha, beta
+    x = torch.tensor([p[:2] for p in pts], dtype=torch.float64)
+    t = torch.tensor([p[2] for p in pts], dtype=torch.float64)
+    best = (float("inf"), 0.0, 0.0)
+    for cols in ([0, 1], [1], [0]):              # both; bandwidth alone; latency alone
+        coef = torch.zeros(2, dtype=torch.float64)
+        coef[cols] = torch.linalg.lstsq(x[:, cols], t[:, None]).solution.flatten()
+        err = ((x @ coef - t) ** 2).sum().item()
+        if (coef >= 0).all() and err < best[0]:
+            best = (err, coef[0].item(), coef[1].item())
+    return best[1], best[2]
 
 
 def predict_step_seconds(one: dict, world_size: int, alpha: float, beta: float) -> float:

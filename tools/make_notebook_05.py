@@ -270,7 +270,9 @@ spread = [abs(a["samples_per_s"] - b["samples_per_s"]) / min(a["samples_per_s"],
           for a in rows for b in rows if a is not b and a["repeat"] == 0 and b["repeat"] == 1
           and scaling.config_key(a) == scaling.config_key(b)
           and (a["world_size"], a["threads"]) == (b["world_size"], b["threads"])]
-print(f"  the same run, measured twice a second apart, differed by up to {max(spread):.0%} in samples/s;")
+spread.sort()
+print(f"  the same run, measured twice a few seconds apart, differed by {spread[len(spread) // 2]:.0%} "
+      f"in samples/s (median), {spread[-1]:.0%} at most;")
 print(f"  a 2-rank step's waiting is visible only from both ranks' timelines together "
       f"(best regime: {best[2]['wait_s'] * 1e3:.2f} ms of waiting per step)")
 print("COST (core-seconds per 1000 samples)")
