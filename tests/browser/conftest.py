@@ -153,8 +153,14 @@ class LabServer:
             except urllib.error.HTTPError:
                 pass
         _, alive = psutil.wait_procs(procs, timeout=timeout)
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        return [f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in alive]
+        left = []
+        for p in alive:
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{p.pid} {' '.join(p.cmdline()[:4])}")
+            except psutil.NoSuchProcess:
+                pass
+        return left
 
     def fresh_copy(self, name: str) -> nbformat.NotebookNode:
         """Copy ``name`` from the source folder with outputs, counts and widget state cleared."""

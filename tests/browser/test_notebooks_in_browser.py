@@ -35,7 +35,7 @@ LAPTOP = {"width": 1366, "height": 768}   # a common laptop screen: the page siz
 OPEN_TIMEOUT = 180     # s for JupyterLab to show the notebook and its kernel to start
 RUN_TIMEOUT = 480      # s for Run All
 CHANGE_TIMEOUT = 30    # s for a widget to redraw after a control moved
-ACTION_TIMEOUT = 300   # s for a button's work (e.g. "measure" runs real launches) to show its result
+ACTION_TIMEOUT = 180   # s for a button's work (e.g. "measure" runs real launches) to show its result
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # class names of every ipywidgets widget: "VBox(children=...)" printed as text means it did not render
@@ -119,6 +119,10 @@ JS_VISIBLE_HEIGHT = """() => {
   return [o.clientHeight, o.scrollHeight];
 }"""
 
+JS_CONTROLS_HEIGHT = """([area, selector]) => Math.max(0, ...Array.from(
+  area.querySelectorAll(':scope > .jp-OutputArea-child > .jp-OutputArea-output'))
+  .filter(o => o.querySelector(selector)).map(o => o.getBoundingClientRect().height))"""
+
 JS_SCROLL_TO_TOP = """() => {
   document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer').scrollTop = 0;
   return new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
@@ -157,7 +161,10 @@ def wait_for_idle_kernel(page, timeout: float = 120, settle: float = 1.0) -> Non
         nonlocal since
         prompts = page.eval_on_selector_all(".jp-NotebookPanel .jp-InputPrompt",
                                             "els => els.map(e => e.textContent)")
-        now_idle = kernel_status(page).endswith("| Idle") and not any("*" in p for p in prompts)
+        status = kernel_status(page)
+        if status.endswith(("| Dead", "| Unknown")):
+            raise AssertionError(f"the kernel died (status bar: {status!r}); out of memory?")
+        now_idle = status.endswith("| Idle") and not any("*" in p for p in prompts)
         if not now_idle:
             since = None
             return False
@@ -197,7 +204,8 @@ def click_menu_item(page, menu: str, command: str, attempts: int = 3) -> None:
 
 def open_notebook(page, server, name: str) -> None:
     workspace = f"test-{time.monotonic_ns()}"      # a new workspace: no tabs restored from earlier tests
-    page.goto(f"{server.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={server.token}")
+    page.goto(f"{server.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={server.token}",
+              timeout=OPEN_TIMEOUT * 1000)
     page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=OPEN_TIMEOUT * 1000)
     wait_for(lambda: kernel_status(page).endswith("| Idle"), OPEN_TIMEOUT,
              lambda: f"the kernel to start (status bar: {kernel_status(page)!r})")
@@ -364,31 +372,38 @@ def check_interactions(page, cell_index: int, area, shots: Path) -> tuple[list[s
                                              CONTROL_ROOTS])
     controls = [c for c in found if c["kind"] != "button"]
     buttons = [c for c in found if c["kind"] == "button"]
+    if not controls and buttons:
+        controls = [None]                 # a widget with only a button: pressing it is the interaction
     for k, c in enumerate(controls):
-        control = area.locator(f'[data-distlab-control="{c["id"]}"]')
-        label = f"{c['kind']} {c['label']!r}" if c["label"] else c["kind"]
-        control.scroll_into_view_if_needed()
         before = display_of(page, area)
         if k == 0:
             area.screenshot(path=str(shots.with_name(f"{shots.name}-cell{cell_index:02d}-before.png")))
-        action = change_control(page, control, c["kind"])
-        # in a widget with a button, a control usually waits for the button: do not wait long
-        changed = settled_change(page, area, before, 5 if buttons else CHANGE_TIMEOUT)
+        changed, action, label = False, "", "widget"
+        if c is not None:
+            control = area.locator(f'[data-distlab-control="{c["id"]}"]')
+            label = f"{c['kind']} {c['label']!r}" if c["label"] else c["kind"]
+            control.scroll_into_view_if_needed()
+            action = change_control(page, control, c["kind"])
+            # in a widget with a button, a control usually waits for the button: do not wait long
+            changed = settled_change(page, area, before, 5 if buttons else CHANGE_TIMEOUT)
+        pressed = None
         if not changed and buttons:
             button = area.locator(f'[data-distlab-control="{buttons[0]["id"]}"]')
-            name = button.inner_text().strip()
+            pressed = button.inner_text().strip()
+            button.scroll_into_view_if_needed()
             button.click()
             changed = settled_change(page, area, before, ACTION_TIMEOUT)
-            action += f", then pressed {name!r}"
-            if changed:
-                done.append(f"cell {cell_index}: {label}: {action}: display changed; the other "
-                            f"{len(controls) - 1} control(s) are inputs of {name!r}, not checked one by one")
+            action = (action + ", then " if action else "") + f"pressed {pressed!r}"
         if k == 0:
             area.screenshot(path=str(shots.with_name(f"{shots.name}-cell{cell_index:02d}-after.png")))
         if not changed:
             problems.append(f"cell {cell_index}: {label} ({action}) did not change what the widget "
                             f"shows (its pictures, or its text when it has none)")
-        elif buttons and action.endswith(f"pressed {name!r}"):
+        elif pressed is not None:
+            others = len(controls) - 1
+            done.append(f"cell {cell_index}: {label}: {action}: display changed"
+                        + (f"; the other {others} control(s) are inputs of {pressed!r}, not checked "
+                           f"one by one" if others else ""))
             break
         else:
             done.append(f"cell {cell_index}: {label}: {action}: display changed")
@@ -441,12 +456,12 @@ def test_notebook_runs_and_its_widgets_work(notebook, lab_server, page, artifact
     visible_height, _ = page.evaluate(JS_VISIBLE_HEIGHT)
     done = []
     areas = page.locator(".jp-NotebookPanel .jp-Cell")
-    selector = ", ".join(CONTROLS.values())
+    selector = ", ".join([*CONTROLS.values(), ACTION_BUTTONS])
     for i in range(areas.count()):
         area = areas.nth(i).locator(".jp-Cell-outputArea")
         if not area.count() or not area.locator(selector).count():
             continue
-        height = area.bounding_box()["height"]
+        height = page.evaluate(JS_CONTROLS_HEIGHT, [area.element_handle(), selector])
         if height > visible_height:
             problems.append(f"cell {i}: the interactive widget is {height:.0f} px tall, taller than the "
                             f"{visible_height} px of notebook visible on a {LAPTOP['width']}x"
