@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 
 import ipywidgets
 import nbformat
 import pytest
+
+# a plain module beside this file, not a conftest.py: a second conftest module would shadow
+# tests/conftest.py for the test modules that import from it
+from browser_lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, LabServer, notebook_dir
 
 pytestmark = pytest.mark.browser
 
@@ -410,6 +415,48 @@ def check_interactions(page, cell_index: int, area, shots: Path) -> tuple[list[s
     problems += [f"cell {cell_index}: after the interactions the widget shows {marker!r}"
                  for marker in ("Traceback", *NOT_RENDERED) if marker in display_of(page, area)["text"]]
     return problems, done
+
+
+def pytest_generate_tests(metafunc):
+    """One test per notebook in notebooks/, found when the tests are collected.
+
+    An empty folder gives one test that fails (never an empty, silently skipped set).
+    """
+    if "notebook" in metafunc.fixturenames:
+        names = sorted(p.name for p in notebook_dir().glob("*.ipynb"))
+        params = [pytest.param(n, id=Path(n).stem) for n in names]
+        metafunc.parametrize("notebook", params or [pytest.param(None, id="no-notebooks-found")])
+
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory):
+    source = notebook_dir()
+    server = LabServer(tmp_path_factory.mktemp("jupyterlab"), source)
+    try:
+        yield server
+    finally:
+        server.stop()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(server.log_path, ARTIFACTS / "jupyter-server.log")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
 
 
 @pytest.fixture

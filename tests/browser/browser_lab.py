@@ -1,4 +1,4 @@
-"""Fixtures for the real-browser suite: one JupyterLab server and one headless Chromium per session.
+"""The real-browser suite's JupyterLab server: started, driven through its REST API, stopped.
 
 Why a real browser: nbval checks what a kernel prints, but a learner sees what JupyterLab draws.
 Widgets only exist in the browser (a missing widget manager shows "Loading widget..." or a text
@@ -29,7 +29,6 @@ from pathlib import Path
 
 import nbformat
 import psutil
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts" / "browser"
@@ -51,17 +50,6 @@ LAB_SETTINGS = {
 
 def notebook_dir() -> Path:
     return Path(os.environ.get("DISTLAB_BROWSER_NOTEBOOKS", REPO / "notebooks")).resolve()
-
-
-def pytest_generate_tests(metafunc):
-    """One test per notebook in notebooks/, found when the tests are collected.
-
-    An empty folder gives one test that fails (never an empty, silently skipped set).
-    """
-    if "notebook" in metafunc.fixturenames:
-        names = sorted(p.name for p in notebook_dir().glob("*.ipynb"))
-        params = [pytest.param(n, id=Path(n).stem) for n in names]
-        metafunc.parametrize("notebook", params or [pytest.param(None, id="no-notebooks-found")])
 
 
 def free_port() -> int:
@@ -194,33 +182,3 @@ class LabServer:
             except psutil.NoSuchProcess:
                 pass
         self._log.close()
-
-
-@pytest.fixture(scope="session")
-def lab_server(tmp_path_factory):
-    source = notebook_dir()
-    server = LabServer(tmp_path_factory.mktemp("jupyterlab"), source)
-    try:
-        yield server
-    finally:
-        server.stop()
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(server.log_path, ARTIFACTS / "jupyter-server.log")
-
-
-@pytest.fixture(scope="session")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture(scope="session")
-def artifacts() -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    return ARTIFACTS
