@@ -153,10 +153,11 @@ class SpeedupView:
         self.key = key or (scaling.config_key(self.rows[-1]) if self.rows else None)
         last = (next(r for r in self.rows if scaling.config_key(r) == self.key) if self.rows
                 else dict(model="mlp", width=1024, global_batch_size=896))
-        self.model = W.Dropdown(options=list(WIDTHS), value=last["model"], description="model")
-        self.width = W.Dropdown(options=WIDTHS[last["model"]], description="width")
+        look = dict(style={"description_width": "initial"}, layout=W.Layout(width="210px"))
+        self.model = W.Dropdown(options=list(WIDTHS), value=last["model"], description="model", **look)
+        self.width = W.Dropdown(options=WIDTHS[last["model"]], description="width", **look)
         self.width.value = last["width"] if last["width"] in WIDTHS[last["model"]] else WIDTHS[last["model"]][0]
-        self.batch = W.Dropdown(options=BATCHES, description="global batch")
+        self.batch = W.Dropdown(options=BATCHES, description="global batch", **look)
         self.batch.value = last["global_batch_size"] if last["global_batch_size"] in BATCHES else 256
         self.button = W.Button(description="measure", button_style="primary",
                                tooltip="launch 1 process (1, then 2 threads), then 2 ranks, and time them")
