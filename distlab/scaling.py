@@ -134,6 +134,7 @@ def measure(worker, *, configs, steps: int = 12, skip: int = 2, repeats: int = 1
                        n_tensors=len(record.params),
                        grad_bytes=sum(p.numel() * p.element_size() for p in record.params.values()))
             row.update(split_step_times(timeline, record.config["batch_size"], skip))
+            row["epoch_s"] = len(record.shard) * worker.world_size / row["samples_per_s"]
             rows.append(row)
     return rows
 
@@ -223,7 +224,7 @@ def median_rows(rows) -> dict:
     out = {}
     for key, rs in groups.items():
         best = dict(rs[0])
-        for field in ("samples_per_s", "step_s", "compute_s", "comm_s", "wait_s", "other_s"):
+        for field in ("samples_per_s", "step_s", "epoch_s", "compute_s", "comm_s", "wait_s", "other_s"):
             best[field] = statistics.median(r[field] for r in rs)
         out[key] = best
     return out

@@ -167,6 +167,8 @@ def test_widget_measures_for_real_and_draws():
         assert r["model"] == "cnn" and r["width"] == 8 and r["global_batch_size"] == 64
         assert r["samples_per_s"] > 0 and r["compute_s"] > 0 and r["comm_s"] >= 0
         assert r["wait_s"] >= 0 and r["launch_s"] > 0
+        # an epoch is every training sample once (each rank's shard, padded to equal size)
+        assert r["epoch_s"] == pytest.approx(1438 / r["samples_per_s"], rel=1e-9)
         parts = r["compute_s"] + r["comm_s"] + r["wait_s"] + r["other_s"]
         assert parts == pytest.approx(r["step_s"], rel=1e-9)
     assert rows[2]["batch_size"] == 32 and rows[0]["batch_size"] == 64

@@ -115,6 +115,7 @@ print(f"3 launches in {elapsed:.0f} s\\n")
 print(pictures.speedup_table(rows))
 """, ignore=True),
     md("""
+*s/epoch* is the time for one pass over the 1,438 training digits at that speed;
 *speedup* is over 1 process x 1 thread; *eff.* (efficiency) is speedup / N;
 *vs 1 proc x N thr* compares with one process using N threads; the last column is the time
 spent communicating and waiting per unit of compute. How close were your guesses?

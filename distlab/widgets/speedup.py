@@ -213,13 +213,14 @@ def speedup_widget(rows=(), key: tuple | None = None, **measure_kwargs):
 
 def speedup_table(rows) -> str:
     """Lesson 05: the measured speedups as aligned text, one line per configuration and N."""
-    lines = [f"{'configuration':<28}{'N':>3}{'samples/s':>11}{'speedup':>9}{'eff.':>6}"
+    lines = [f"{'configuration':<28}{'N':>3}{'samples/s':>11}{'s/epoch':>9}{'speedup':>9}{'eff.':>6}"
              f"{'vs 1 proc x N thr':>19}{'comm+wait/compute':>19}"]
     for r in scaling.speedups(rows):
         kind = "global" if r["scaling"] == "strong" else "per-rank"
         name = f"{r['model']}{r['width']}, {kind} batch {scaling.config_key(r)[3]}"
         vs = f"{r['vs_all_cores']:.2f}" if r["vs_all_cores"] == r["vs_all_cores"] else "-"
-        lines.append(f"{name:<28}{r['world_size']:>3}{r['samples_per_s']:>11.0f}{r['speedup']:>9.2f}"
+        lines.append(f"{name:<28}{r['world_size']:>3}{r['samples_per_s']:>11.0f}{r['epoch_s']:>9.3f}"
+                     f"{r['speedup']:>9.2f}"
                      f"{r['efficiency']:>6.0%}{vs:>19}{r['comm_to_compute']:>19.2f}")
     return "\n".join(lines)
 
