@@ -148,9 +148,9 @@ the whole gradient, waiting for each other, and a full optimizer step each. For 
 at batch 64 the compute is a fraction of a millisecond: the all-reduce of its 36 kB gradient
 (its fixed cost per message, *alpha*, dominates) is several times longer than the compute it
 saved, so two ranks are **slower than one**. The wide MLP at batch 896 computes for tens of
-milliseconds per 4.5 MB of gradient: communication is a smaller share. The CNN computes for
-even longer per 40 kB of gradient: communication almost disappears and two ranks come close to
-twice one. Weak scaling helps too: each rank keeps a large batch, so the compute per byte
+milliseconds per 4.5 MB of gradient: communication is a smaller share. The CNN computes about
+as long per step, but its gradient is a hundred times smaller (40 kB): communication almost
+disappears, and on a quiet machine two ranks come close to twice one. Weak scaling helps too: each rank keeps a large batch, so the compute per byte
 does not halve when a rank is added.
 
 **Two ranks or two threads?** One process with 2 threads also uses both cores, but it keeps
