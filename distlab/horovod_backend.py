@@ -48,6 +48,56 @@ def horovodrun_command(world_size: int, run_dir: str) -> list[str]:
             "--network-interfaces", LOOPBACK, sys.executable, "-m", "distlab.horovod_backend", run_dir]
 
 
+def hello(timeout: float = 30.0) -> dict:
+    """Lesson 02: a tiny Horovod program: ``horovod.run(hello, num_proc=N, ...)`` runs it N times.
+
+    Each rank joins (``hvd.init()`` inside ``start_worker``), adds up ``rank + 1`` over all
+    ranks with one all-reduce, and returns what it saw; ``horovod.run`` collects the answers.
+    """
+    import torch
+
+    from .runtime import start_worker, stop_worker
+
+    _undo_horovod_run_defaults()
+    worker = start_worker("horovod", "cpu", timeout)
+    try:
+        total = worker.all_reduce(torch.tensor([worker.rank + 1.0]))
+        return {"rank": worker.rank, "size": worker.world_size, "pid": os.getpid(),
+                "sum of rank+1": total.item()}
+    finally:
+        stop_worker(worker)
+
+
+def train_both_methods(worker, **config) -> dict:
+    """Lesson 02: lesson 01's training by hand, then with the backend's own wrapper, in one job.
+
+    DistributedDataParallel under torchrun, ``hvd.DistributedOptimizer`` under Horovod.  Each
+    run starts from the same seed; one launch instead of two saves seconds of start-up.
+    """
+    from . import data_parallel as dp
+
+    return {method: dp.train(worker, method=method, **config) for method in ("by_hand", "ddp")}
+
+
+def _check_both_methods(world_size: int, **config) -> None:
+    from . import data_parallel as dp
+
+    for method in ("by_hand", "ddp"):
+        dp.validate_args(world_size, method=method, **config)
+
+
+train_both_methods.validate_args = _check_both_methods   # distlab.launch checks before starting
+
+
+def _undo_horovod_run_defaults() -> None:
+    """horovod.run 0.28.1 hands its ranks HOROVOD_CYCLE_TIME and HOROVOD_CACHE_CAPACITY set to
+    "(None,)" (a stray comma in its defaults), which Horovod reads as 0: no pause between the
+    background thread's cycles (it steals CPU from training) and no response cache."""
+    for name in ("HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY"):
+        if os.environ.get(name) == "(None,)":
+            del os.environ[name]
+
+
 def run_rank(run_dir: str) -> dict:
     """One Horovod rank: run this process's part of the job in ``run_dir``.
 
@@ -59,12 +109,7 @@ def run_rank(run_dir: str) -> dict:
 
     # Horovod's launchers say who is who in HOROVOD_RANK; the run folder's pid files use RANK.
     os.environ.setdefault("RANK", os.environ.get("HOROVOD_RANK", "?"))
-    # horovod.run 0.28.1 hands its ranks HOROVOD_CYCLE_TIME and HOROVOD_CACHE_CAPACITY set to
-    # "(None,)" (a stray comma in its defaults), which Horovod reads as 0: a background thread
-    # that never sleeps between cycles, stealing a core from training, and no response cache.
-    for name in ("HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY"):
-        if os.environ.get(name) == "(None,)":
-            del os.environ[name]
+    _undo_horovod_run_defaults()
     run_job(run_dir, backend="horovod")
     rank = int(os.environ["RANK"])
     return {"rank": rank, "pid": os.getpid(), "record": os.path.join(run_dir, f"record_{rank}.pt")}

@@ -122,14 +122,14 @@ class Worker:
         0.28.1 with Gloo.  So we poll, and give up after ``timeout`` seconds as
         torch.distributed does.
         """
-        hvd, pause = self._hvd, 5e-5
+        hvd, pause = self._hvd, 2e-5
         deadline = time.monotonic() + self.timeout
         while not hvd.poll(handle):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{what} on rank {self.rank} waited more than {self.timeout:g} s: "
                                    "some rank never joined it")
             time.sleep(pause)
-            pause = min(2 * pause, 1e-3)
+            pause = min(2 * pause, 2e-4)   # look often: each look costs microseconds
         return hvd.synchronize(handle)
 
     # -- talking to the launcher -----------------------------------------------------------
