@@ -1,23 +1,4 @@
 """Training functions for the Horovod tests (a module, so that worker processes can import them)."""
-from distlab import data_parallel as dp
-
-
-def train_both_ways(worker, **config):
-    """Data parallelism by hand, then with DDP / hvd.DistributedOptimizer, in one launch.
-
-    Each run starts from the same seed, so each must land on the one-process result.
-    (Launches cost seconds; two trainings in one keeps the test module short.)
-    """
-    return {method: dp.train(worker, method=method, **config) for method in ("by_hand", "ddp")}
-
-
-def _validate(world_size, **config):
-    for method in ("by_hand", "ddp"):
-        dp.validate_args(world_size, method=method, **config)
-
-
-train_both_ways.validate_args = _validate
-
 
 
 def every_collective(worker, pid_dir=None):
@@ -40,4 +21,4 @@ def every_collective(worker, pid_dir=None):
             "gathered": [t.tolist() for t in g], "threads": torch.get_num_threads(),
             "pid": os.getpid(), "horovod_env": {k: os.environ.get(k) for k in (
                 "HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY", "HOROVOD_GLOO_TIMEOUT_SECONDS",
-                "HOROVOD_GLOO_IFACE")}}
+                "HOROVOD_GLOO_IFACE", "HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS")}}
