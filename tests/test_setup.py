@@ -25,8 +25,15 @@ def test_make_lab_headless_serves_the_course():
             url = m and m.group(1)
         assert url, "".join(lines[-30:])
         token = url.rsplit("token=", 1)[1]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/notebooks?token={token}") as r:
-            body = r.read().decode()
+        body, deadline = None, time.time() + 60
+        while body is None:      # the URL is printed a moment before every handler is ready
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/notebooks?token={token}") as r:
+                    body = r.read().decode()
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(1)
         assert "00_welcome.ipynb" in body and "01_data_parallelism.ipynb" in body
     finally:
         os.killpg(proc.pid, signal.SIGTERM)     # make and the server it started
