@@ -193,9 +193,9 @@ they also change from run to run: run the cell twice before you conclude anythin
 * with **`DistributedOptimizer`**, Horovod receives the 6 gradients while backward runs and
   fuses those that are ready into one all-reduce: that is what tensor fusion is for. DDP does
   the same with its buckets;
-* Horovod's background thread keeps checking for work on every rank. On this 2-core machine
-  running 2 ranks, it competes with the training for the cores (we measured one rank's
-  Horovod thread using most of a core while the rank did nothing), and steps stall now and
+* Horovod's background thread wakes up every millisecond on every rank to look for work,
+  and the ranks agree on each batch of work before doing it. On this 2-core machine running
+  2 ranks, those threads compete with the training for the cores, and steps stall now and
   then: the spikes in the right-hand panel;
 * this model is tiny (a step computes for well under a millisecond), so these fixed costs
   dominate. With more computation per step they weigh less: `bench/backends.py` trains a
