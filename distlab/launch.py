@@ -7,7 +7,8 @@ Introduced in lesson 01.  ``launch(train, world_size=2, ...)``:
    function's own ``validate_args`` when it has one), so mistakes fail in milliseconds;
 2. writes the job into a fresh run folder and starts the workers through torchrun
    (``python -m torch.distributed.run ... -m distlab.worker RUN_DIR``): the same program
-   a cluster job would run;
+   a cluster job would run; or, with ``backend="horovod"``, through ``horovod.run`` in a
+   small driver process (lesson 02, ``distlab.horovod_backend``);
 3. while they run, shows one progress bar per rank (read from files the ranks append to);
 4. when a rank fails, or the cell is interrupted, stops every worker, checks that none is
    left, and raises ``WorkerError`` naming the rank, with its traceback;
@@ -200,6 +201,15 @@ def _start(backend: str, world_size: int, port: int, threads: int, dev: str, run
     return start_horovod(world_size, port, env, run_dir)
 
 
+def _die_with_parent() -> None:
+    """Linux: if the notebook kernel is killed outright, the launcher gets SIGTERM and stops its workers."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
+    except OSError:   # not Linux: the interrupt and failure paths still stop everything
+        pass
+
+
 class _Subprocess:
     """A launcher process (torchrun or horovodrun) whose output goes to ``run_dir/launcher.log``."""
 
@@ -208,7 +218,8 @@ class _Subprocess:
         self._log = open(self.log_path, "w")
         # A session of its own: stopping it never touches the notebook kernel.
         self.popen = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      preexec_fn=_die_with_parent)
 
     def poll(self):
         return self.popen.poll()

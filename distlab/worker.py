@@ -40,7 +40,7 @@ def run_job(run_dir: str, backend: str):
 
     with open(os.path.join(run_dir, "job.pkl"), "rb") as f:
         job = pickle.load(f)
-    rank_hint = os.environ.get("RANK", "?")
+    rank_hint = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "?"))
     with open(os.path.join(run_dir, f"pid_{rank_hint}"), "w") as f:
         f.write(str(os.getpid()))
     torch.set_num_threads(job["threads"])

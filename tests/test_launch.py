@@ -144,3 +144,25 @@ def test_a_port_in_use_is_refused():
         port = s.getsockname()[1]
         with pytest.raises(distlab.PortInUseError, match=f"port {port} on 127.0.0.1 is already in use"):
             distlab.launch(workers.echo, world_size=2, port=port)
+
+
+def test_a_killed_notebook_kernel_takes_its_workers_with_it(tmp_path, pid_dir):
+    """If the process that launched the job dies outright (SIGKILL), no worker survives it."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys; sys.path.insert(0, %r)\n"
+        "import distlab, workers\n"
+        "distlab.launch(workers.run_forever, world_size=2, pid_dir=%r, progress='none')\n"
+        % (os.path.join(ROOT, "tests"), pid_dir))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
+    deadline = time.time() + 60
+    while len(os.listdir(pid_dir)) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    pids = read_pids(pid_dir)
+    assert len(pids) == 2 and len(alive(pids)) == 2
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 30
+    while alive(pids) and time.time() < deadline:
+        time.sleep(0.2)
+    assert alive(pids) == []
