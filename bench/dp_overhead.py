@@ -18,7 +18,7 @@ import distlab                       # noqa: E402
 from distlab import data_parallel as dp  # noqa: E402
 from distlab.launch import free_port  # noqa: E402
 
-WORLD, WIDTH, BATCH, STEPS, ROUNDS = 2, 256, 32, 400, 4
+WORLD, WIDTH, BATCH, STEPS, ROUNDS = 2, 256, 32, 1500, 6
 
 
 def run_distlab() -> float:
