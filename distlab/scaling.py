@@ -217,10 +217,10 @@ def config_key(row: dict) -> tuple:
 
 
 def median_rows(rows) -> dict:
-    """Median samples/s (and split) per (configuration, world size, threads) over repeats."""
+    """Median samples/s (and split) per (configuration, method, world size, threads) over repeats."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault(config_key(r) + (r["world_size"], r["threads"]), []).append(r)
+        groups.setdefault(config_key(r) + (r["method"], r["world_size"], r["threads"]), []).append(r)
     out = {}
     for key, rs in groups.items():
         best = dict(rs[0])
@@ -240,14 +240,14 @@ def speedups(rows, baseline_threads: int = 1) -> list[dict]:
     """
     med = median_rows(rows)
     out = []
-    for key, r in sorted(med.items(), key=lambda kv: (kv[0][:4], kv[0][4], kv[0][5])):
+    for key, r in sorted(med.items()):
         if r["world_size"] == 1 and r["threads"] != baseline_threads:
             continue
-        one = med.get(config_key(r) + (1, baseline_threads))
+        one = med.get(config_key(r) + (r["method"], 1, baseline_threads))
         if one is None:
             continue
         n = r["world_size"]
-        threaded = med.get(config_key(r) + (1, n))
+        threaded = med.get(config_key(r) + (r["method"], 1, n))
         row = dict(r, speedup=r["samples_per_s"] / one["samples_per_s"])
         row["efficiency"] = row["speedup"] / n
         row["vs_all_cores"] = (r["samples_per_s"] / threaded["samples_per_s"]
