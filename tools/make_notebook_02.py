@@ -14,17 +14,9 @@ import sys
 from pathlib import Path
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_notebook
 
-IGNORE = {"tags": ["nbval-ignore-output"]}
-
-
-def md(text: str):
-    return new_markdown_cell(text.strip())
-
-
-def code(text: str, ignore_output: bool = False):
-    return new_code_cell(text.strip(), metadata=IGNORE if ignore_output else {})
+from nbcells import IGNORE, code, md  # noqa: E402,F401  (tools/ is on sys.path when run)
 
 
 HOROVOD = [
@@ -66,7 +58,7 @@ build = doctor.horovod_build()
 print(doctor.format_report({"machine": doctor.machine(), "torch.distributed": doctor.communication_libraries(),
                             "horovod": build}).splitlines()[-1])
 assert build["installed"], "this lesson needs Horovod: run `make lab` (tools/install_horovod.sh builds it)"
-""", ignore_output=True),
+""", ignore=True),
     md("""
 ## Horovod in four lines
 
@@ -95,7 +87,7 @@ import horovod
 
 answers = horovod.run(horovod_backend.hello, num_proc=2, hosts="localhost:2", use_gloo=True,
                       network_interfaces=["lo"])
-""", ignore_output=True),
+""", ignore=True),
     code("""
 for a in answers:
     print(f"rank {a['rank']} of {a['size']}: sum of rank+1 over all ranks = {a['sum of rank+1']}")
@@ -133,7 +125,7 @@ for backend in ("horovod", "torchrun"):
     runs[backend] = distlab.launch(horovod_backend.train_both_methods, world_size=N, backend=backend,
                                    progress="auto", **config)
     startup[backend] = max(r["by_hand"].steps[0].t_start for r in runs[backend]) - t0
-""", ignore_output=True),
+""", ignore=True),
     code("""
 single = data_parallel.train_single(world_size=N, **config)
 for backend in ("horovod", "torchrun"):
@@ -146,7 +138,7 @@ for backend in ("horovod", "torchrun"):
         print(f"{backend:8s} {method:7s}: parameters vs one process <= 1e-6: {vs_single <= 1e-6}, "
               f"vs torchrun <= 1e-6: {vs_torchrun <= 1e-6}, test accuracy {records[0].test_accuracy:.3f}")
         assert vs_single <= 1e-6 and vs_torchrun <= 1e-6
-""", ignore_output=False),
+""", ignore=False),
     md("""
 Four ways to run the same training, one answer: the parameters agree to rounding error, and
 so does the test accuracy. Horovod changes *how* the gradients travel, not what they add up to.
@@ -176,13 +168,13 @@ from distlab.widgets.backends import comparison_widget
 all_runs = [[r[method] for r in runs[backend]] for backend in ("torchrun", "horovod")
             for method in ("by_hand", "ddp")]
 comparison_widget(all_runs)
-""", ignore_output=True),
+""", ignore=True),
     code("""
 for backend in ("torchrun", "horovod"):
     print(f"start-up {backend:8s} {startup[backend]:5.1f} s (launch call to the first step)")
 for records in all_runs:
     print(f"{records[0].backend:8s} {records[0].method:7s} {distlab.throughput(records):8.0f} samples/s")
-""", ignore_output=True),
+""", ignore=True),
     md("""
 What to look for (your numbers differ from the stored ones, and on a small shared machine
 they also change from run to run: run the cell twice before you conclude anything):

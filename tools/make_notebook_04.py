@@ -6,17 +6,9 @@
 import os
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_notebook
 
-IGNORE = {"tags": ["nbval-ignore-output"]}   # output depends on timing or widget state
-
-
-def md(text):
-    return new_markdown_cell(text.strip())
-
-
-def code(text, ignore=False):
-    return new_code_cell(text.strip(), metadata=IGNORE if ignore else {})
+from nbcells import IGNORE, code, md  # noqa: E402,F401  (tools/ is on sys.path when run)
 
 
 cells = [

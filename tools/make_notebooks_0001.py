@@ -15,17 +15,9 @@ import sys
 from pathlib import Path
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_notebook
 
-IGNORE = {"tags": ["nbval-ignore-output"]}
-
-
-def md(text: str):
-    return new_markdown_cell(text.strip())
-
-
-def code(text: str, ignore_output: bool = False):
-    return new_code_cell(text.strip(), metadata=IGNORE if ignore_output else {})
+from nbcells import IGNORE, code, md  # noqa: E402,F401  (tools/ is on sys.path when run)
 
 
 # ------------------------------------------------------------------------------------------
@@ -65,7 +57,7 @@ from distlab import doctor
 
 print(doctor.format_report(doctor.report()))
 print("a 2-rank job here runs on:", distlab.choose_device("auto", local_world_size=2))
-""", ignore_output=True),
+""", ignore=True),
     md("""
 With no GPU for every rank, each worker is a CPU process and they talk over gloo. With enough
 GPUs, the same code puts one rank on each GPU and talks over NCCL: only the device changes.
@@ -82,7 +74,7 @@ from distlab import data_parallel
 
 records = distlab.launch(data_parallel.train, world_size=2, steps=5, global_batch_size=64,
                          progress="auto")
-""", ignore_output=True),
+""", ignore=True),
     code("""
 for r in records:
     print(f"rank {r.rank} of {r.world_size} (launched by {r.backend}): "
@@ -188,7 +180,7 @@ below, the first digits each rank will see.
 """),
     code("""
 partition_widget(digits, world_size=N, seed=config["seed"])
-""", ignore_output=True),
+""", ignore=True),
     code("""
 n = digits.n_train
 for workers in (1, 2, 3, 4):
@@ -228,7 +220,7 @@ optimizer.step()                           # same parameters + same gradient = s
     code("""
 by_hand = distlab.launch(data_parallel.train, world_size=N, method="by_hand", progress="auto",
                          **config)
-""", ignore_output=True),
+""", ignore=True),
     md("""
 And the reference: **one** process, taking at every step exactly the union of the ranks'
 mini-batches (64 samples).
@@ -251,7 +243,7 @@ column per input); purple is positive, orange negative, and all panels share one
 """),
     code("""
 gradient_widget(by_hand, single)
-""", ignore_output=True),
+""", ignore=True),
     code("""
 for step in sorted(by_hand[0].grads):
     spread = gap = 0.0
@@ -275,7 +267,7 @@ goes on with the earlier layers. The mathematics is the same, so the result must
 """),
     code("""
 ddp = distlab.launch(data_parallel.train, world_size=N, method="ddp", progress="auto", **config)
-""", ignore_output=True),
+""", ignore=True),
     code("""
 for name, records in (("by_hand", by_hand), ("ddp", ddp)):
     diff = max(distlab.max_param_difference(r.params, single.params) for r in records)
@@ -323,7 +315,7 @@ the big batch alone is measured properly in lesson 05; the rough numbers of thes
     code("""
 for name, records in (("by_hand", by_hand), ("ddp", ddp), ("single", [single])):
     print(f"{name:8s} {distlab.throughput(records):8.0f} samples/s (training loop only, start-up excluded)")
-""", ignore_output=True),
+""", ignore=True),
     md("""
 ## Exercises
 
