@@ -15,7 +15,7 @@ import pytest
 import distlab
 import horovod_workers
 import workers
-from conftest import ROOT, alive, read_pids
+from conftest import ROOT, alive, launch_forever_in_subprocess, read_pids
 from distlab import data_parallel as dp
 from distlab import doctor
 from distlab.horovod_backend import horovodrun_command, train_both_methods
@@ -162,21 +162,7 @@ def test_a_missing_peer_ends_in_a_timeout_not_a_hang(pid_dir):
 
 def test_interrupt_stops_every_process(tmp_path, pid_dir):
     """Ctrl-C (a notebook's "interrupt kernel") stops the driver, its helpers and every rank."""
-    script = tmp_path / "run.py"
-    script.write_text(
-        "import sys; sys.path.insert(0, %r)\n"
-        "import distlab, workers\n"
-        "try:\n"
-        "    distlab.launch(workers.run_forever, world_size=2, backend='horovod', pid_dir=%r, progress='text')\n"
-        "except KeyboardInterrupt as e:\n"
-        "    print('INTERRUPTED:', e, flush=True); sys.exit(3)\n" % (os.path.join(ROOT, "tests"), pid_dir))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=ROOT)
-    deadline = time.time() + 120
-    while len(os.listdir(pid_dir)) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    pids = read_pids(pid_dir)
-    assert len(pids) == 2 and len(alive(pids)) == 2
+    proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir, backend="horovod")
     time.sleep(1.0)
     family = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     assert set(pids) <= set(family) and len(family) > 2    # driver, Horovod's helpers, the ranks
@@ -192,17 +178,7 @@ def test_interrupt_stops_every_process(tmp_path, pid_dir):
 
 def test_a_launcher_that_dies_takes_its_horovod_job_with_it(tmp_path, pid_dir):
     """A notebook kernel killed outright (a restart) cannot stop its job: the driver notices."""
-    script = tmp_path / "run.py"
-    script.write_text(
-        "import sys; sys.path.insert(0, %r)\n"
-        "import distlab, workers\n"
-        "distlab.launch(workers.run_forever, world_size=2, backend='horovod', pid_dir=%r, progress='none')\n"
-        % (os.path.join(ROOT, "tests"), pid_dir))
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
-    deadline = time.time() + 120
-    while len(os.listdir(pid_dir)) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    assert len(alive(read_pids(pid_dir))) == 2
+    proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir, backend="horovod")
     family = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     proc.kill()
     proc.wait()

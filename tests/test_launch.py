@@ -9,7 +9,7 @@ import time
 import pytest
 
 import distlab
-from conftest import ROOT, alive, read_pids
+from conftest import alive, launch_forever_in_subprocess, read_pids
 from distlab import data_parallel as dp
 import workers
 
@@ -67,21 +67,7 @@ def test_a_missing_peer_ends_in_a_timeout_not_a_hang(pid_dir):
 
 def test_interrupt_stops_every_worker(tmp_path, pid_dir):
     """Ctrl-C (a notebook's "interrupt kernel") while training stops every process within seconds."""
-    script = tmp_path / "run.py"
-    script.write_text(
-        "import sys; sys.path.insert(0, %r)\n"
-        "import distlab, workers\n"
-        "try:\n"
-        "    distlab.launch(workers.run_forever, world_size=2, pid_dir=%r, progress='text')\n"
-        "except KeyboardInterrupt as e:\n"
-        "    print('INTERRUPTED:', e, flush=True); sys.exit(3)\n" % (os.path.join(ROOT, "tests"), pid_dir))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=ROOT)
-    deadline = time.time() + 60
-    while len(os.listdir(pid_dir)) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    pids = read_pids(pid_dir)
-    assert len(pids) == 2 and len(alive(pids)) == 2
+    proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir)
     time.sleep(1.0)
     t0 = time.time()
     proc.send_signal(signal.SIGINT)
@@ -148,18 +134,7 @@ def test_a_port_in_use_is_refused():
 
 def test_a_killed_notebook_kernel_takes_its_workers_with_it(tmp_path, pid_dir):
     """If the process that launched the job dies outright (SIGKILL), no worker survives it."""
-    script = tmp_path / "run.py"
-    script.write_text(
-        "import sys; sys.path.insert(0, %r)\n"
-        "import distlab, workers\n"
-        "distlab.launch(workers.run_forever, world_size=2, pid_dir=%r, progress='none')\n"
-        % (os.path.join(ROOT, "tests"), pid_dir))
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT)
-    deadline = time.time() + 60
-    while len(os.listdir(pid_dir)) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    pids = read_pids(pid_dir)
-    assert len(pids) == 2 and len(alive(pids)) == 2
+    proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir)
     proc.kill()
     proc.wait()
     deadline = time.time() + 30
