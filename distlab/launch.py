@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 from .progress import ProgressReader, make_progress
 from .runtime import DEFAULT_TIMEOUT, choose_device
@@ -160,8 +161,11 @@ def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = 
             time.sleep(0.05)
         reader.poll()
         display.update(reader.latest)
-        if proc.returncode != 0:
+        if proc.returncode != 0 and not _all_returned(run_dir, world_size):
             raise _failure(run_dir, world_size, proc)
+        if proc.returncode != 0:   # every rank returned its record, then one crashed on the way out
+            warnings.warn(f"every rank returned its record, but the launcher exited with code "
+                          f"{proc.returncode} while the workers shut down; the results are complete")
         records = [_load_record(run_dir, r) for r in range(world_size)]
         status = "done"
         return records
@@ -273,6 +277,12 @@ def _stop(proc, run_dir: str, grace: float = 5.0) -> None:
     for p in still:
         p.kill()
     psutil.wait_procs(still, timeout=grace)
+
+
+def _all_returned(run_dir: str, world_size: int) -> bool:
+    """Every rank saved its record and none reported an error."""
+    return (all(os.path.exists(os.path.join(run_dir, f"record_{r}.pt")) for r in range(world_size))
+            and not glob.glob(os.path.join(run_dir, "error_*.json")))
 
 
 def _load_record(run_dir: str, rank: int):
