@@ -129,27 +129,7 @@ def test_horovodrun_in_a_terminal_runs_the_same_training(tmp_path):
 
 
 # ---- failing -----------------------------------------------------------------------------------
-def test_a_rank_that_raises_is_named_with_its_traceback(pid_dir):
-    before = _children()
-    with pytest.raises(distlab.WorkerError) as info:
-        distlab.launch(workers.raise_on_rank, world_size=3, bad_rank=2, backend="horovod",
-                       pid_dir=pid_dir, progress="none")
-    err = info.value
-    assert err.rank == 2
-    assert "rank 2 failed" in str(err) and "deliberate failure on rank 2" in str(err)
-    assert "Traceback" in str(err) and "workers.py" in err.remote_traceback
-    assert len(read_pids(pid_dir)) == 3 and alive(read_pids(pid_dir)) == []
-    assert _children() - before == set()
-
-
-def test_a_rank_killed_by_a_signal_is_named(pid_dir):
-    before = _children()
-    with pytest.raises(distlab.WorkerError, match="rank 1 failed: it was killed by SIGKILL") as info:
-        distlab.launch(workers.kill_on_rank, world_size=2, bad_rank=1, backend="horovod",
-                       pid_dir=pid_dir, progress="none")
-    assert info.value.rank == 1
-    assert alive(read_pids(pid_dir)) == []
-    assert _children() - before == set()
+# a rank that raises, or is killed, on Horovod: tests/test_launch.py runs those for both backends
 
 
 def test_a_missing_peer_ends_in_a_timeout_not_a_hang(pid_dir):

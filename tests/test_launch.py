@@ -35,10 +35,15 @@ def _children():
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
-def test_a_rank_that_raises_is_named_with_its_traceback(pid_dir):
+BACKENDS = ["torchrun", pytest.param("horovod", marks=pytest.mark.horovod)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rank_that_raises_is_named_with_its_traceback(pid_dir, backend):
     before = _children()
     with pytest.raises(distlab.WorkerError) as info:
-        distlab.launch(workers.raise_on_rank, world_size=3, bad_rank=2, pid_dir=pid_dir, progress="none")
+        distlab.launch(workers.raise_on_rank, world_size=3, bad_rank=2, backend=backend, pid_dir=pid_dir,
+                       progress="none")
     err = info.value
     assert err.rank == 2
     assert "rank 2 failed" in str(err) and "deliberate failure on rank 2" in str(err)
@@ -47,11 +52,13 @@ def test_a_rank_that_raises_is_named_with_its_traceback(pid_dir):
     assert _children() - before == set()
 
 
-def test_a_rank_killed_by_a_signal_is_named(pid_dir):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rank_killed_by_a_signal_is_named(pid_dir, backend):
     before = _children()
     t0 = time.time()
     with pytest.raises(distlab.WorkerError, match="rank 1 failed: it was killed by SIGKILL") as info:
-        distlab.launch(workers.kill_on_rank, world_size=2, bad_rank=1, pid_dir=pid_dir, progress="none")
+        distlab.launch(workers.kill_on_rank, world_size=2, bad_rank=1, backend=backend, pid_dir=pid_dir,
+                       progress="none")
     assert info.value.rank == 1
     assert time.time() - t0 < 60          # not the 60 s collective timeout: torchrun stops the rest
     assert alive(read_pids(pid_dir)) == []

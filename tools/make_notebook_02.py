@@ -13,10 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_notebook
 
-from nbcells import IGNORE, code, md  # noqa: E402,F401  (tools/ is on sys.path when run)
+from nbcells import IGNORE, code, md, write  # noqa: E402,F401  (tools/ is on sys.path when run)
 
 
 HOROVOD = [
@@ -234,15 +232,6 @@ noise. Next, **03 · Combining gradients** opens the all-reduce itself: paramete
 ring and tree.
 """),
 ]
-
-
-def write(path: Path, cells) -> None:
-    nb = new_notebook(cells=cells, metadata={
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"}})
-    nbformat.validate(nb)
-    nbformat.write(nb, path)
-    print("wrote", path)
 
 
 if __name__ == "__main__":
