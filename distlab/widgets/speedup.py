@@ -77,7 +77,8 @@ def _speedup_panel(ax, mine, rows, key):
         s = scaling.fit_amdahl([r["world_size"] for r in parallel], [r["speedup"] for r in parallel])
         xs = [1 + i * (top - 1) / 40 for i in range(41)]
         ax.plot(xs, [scaling.amdahl_speedup(x, s) for x in xs], color=COLOURS["amdahl"],
-                label=f"Amdahl, serial {s:.0%}")
+                label=f"Amdahl, serial {s:.0%}" if 0 <= s <= 1 else
+                f"Amdahl fit {s:.0%}: {'overhead, not a serial part' if s > 1 else 'faster than ideal'}")
     by_hand = [r for r in rows if r["method"] == "by_hand" and r["world_size"] > 1]
     one = next((r for r in mine if r["world_size"] == 1), None)
     if one is not None and by_hand:
