@@ -5,10 +5,8 @@
 """
 import os
 
-import nbformat
-from nbformat.v4 import new_notebook
 
-from nbcells import IGNORE, code, md  # noqa: E402,F401  (tools/ is on sys.path when run)
+from nbcells import IGNORE, code, md, write  # noqa: E402,F401  (tools/ is on sys.path when run)
 
 
 cells = [
@@ -227,10 +225,5 @@ Benchmark on a quiet machine: `python bench/collectives.py`.
 """),
 ]
 
-nb = new_notebook(cells=cells, metadata={
-    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-    "language_info": {"name": "python"}})
-path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    "notebooks", "03_combining_gradients.ipynb")
-nbformat.write(nb, path)
-print("wrote", path)
+write(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks",
+                   "03_combining_gradients.ipynb"), cells)

@@ -5,10 +5,8 @@
 """
 import os
 
-import nbformat
-from nbformat.v4 import new_notebook
 
-from nbcells import IGNORE, code, md  # noqa: E402,F401  (tools/ is on sys.path when run)
+from nbcells import IGNORE, code, md, write  # noqa: E402,F401  (tools/ is on sys.path when run)
 
 
 cells = [
@@ -257,11 +255,5 @@ Next lesson: does distributing pay at all on this machine, and when?
 """),
 ]
 
-nb = new_notebook(cells=cells, metadata={
-    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-    "language_info": {"name": "python"},
-})
-path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    "notebooks", "04_keeping_workers_in_sync.ipynb")
-nbformat.write(nb, path)
-print("wrote", path)
+write(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks",
+                   "04_keeping_workers_in_sync.ipynb"), cells)

@@ -5,10 +5,8 @@
 """
 import os
 
-import nbformat
-from nbformat.v4 import new_notebook
 
-from nbcells import IGNORE, code, md  # noqa: E402,F401  (tools/ is on sys.path when run)
+from nbcells import IGNORE, code, md, write  # noqa: E402,F401  (tools/ is on sys.path when run)
 
 
 cells = [
@@ -327,10 +325,5 @@ print(f"predicted all-reduce on 8 ranks: {answer * 1e3:.2f} ms per step; "
 """),
 ]
 
-nb = new_notebook(cells=cells, metadata={
-    "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-    "language_info": {"name": "python"}})
-path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    "notebooks", "05_does_distributing_pay.ipynb")
-nbformat.write(nb, path)
-print("wrote", path)
+write(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks",
+                   "05_does_distributing_pay.ipynb"), cells)
