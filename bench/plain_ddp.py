@@ -4,6 +4,7 @@ Run with: python -m torch.distributed.run --nproc-per-node=2 bench/plain_ddp.py 
 Same data, model, sampler and optimiser as distlab's DDP path, nothing else: prints one line
 ``THROUGHPUT <samples per second>`` from rank 0 (first step to last, start-up excluded).
 """
+import os
 import sys
 import time
 
@@ -21,6 +22,12 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    # As distlab.launch does (runtime.bind_to_cores): a core of its own for each rank.
+    local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    cores = sorted(os.sched_getaffinity(0))
+    if local_world <= len(cores):
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), {cores[local_rank]})
     digits = load_digits()
     x = torch.tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)
     y = torch.tensor(digits.target)

@@ -177,7 +177,9 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
             t_comm = (t_comm, time.time())
         for group in opt.param_groups:
             group["lr"] = warmup_lr(lr, step, warmup_steps, worker.world_size)
-        opt.step()             # Horovod's DistributedOptimizer waits for its all-reduces here
+        if method == "ddp" and worker.backend == "horovod":
+            worker.wait_for_optimizer(opt)   # Horovod's all-reduces, started in backward
+        opt.step()
         t2 = time.time()
         if wanted:
             record.grads[step] = {n: {"local": local[n], "average": p.grad.detach().cpu().clone()}

@@ -193,7 +193,8 @@ class HorovodJob:
 def start_horovod(world_size: int, port: int, env: dict, run_dir: str) -> HorovodJob:
     """Lesson 02: start the job in ``run_dir`` on Horovod (called by ``distlab.launch``).
 
-    ``port`` is not used: Horovod picks a free port for its own rendezvous server.
+    ``port`` is not used: Horovod picks a free port for its own rendezvous server
+    (``distlab.launch`` refuses a ``port=`` given with ``backend="horovod"``).
     The collective timeout comes from the job (``runtime.start_worker`` sets Horovod's
     ``HOROVOD_GLOO_TIMEOUT_SECONDS`` from it before ``hvd.init()``).
     """

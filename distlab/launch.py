@@ -120,12 +120,14 @@ def check_backend(backend: str) -> None:
 # ---------------------------------------------------------------------------------------------
 def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = "auto",
            port: int | None = None, timeout: float = DEFAULT_TIMEOUT, threads: int = 1,
-           progress: str = "auto", title: str | None = None, **kwargs) -> list:
+           progress: str = "auto", title: str | None = None, bind_cores: bool = True,
+           **kwargs) -> list:
     """Lesson 01: run ``fn(worker, **kwargs)`` on ``world_size`` real processes; return their records.
 
     ``fn`` must live in an importable module.  ``timeout`` (seconds) bounds every collective.
     ``threads`` is the number of intra-op threads per rank (1 keeps ranks from fighting
-    over the cores).  Raises ``WorkerError`` naming the failed rank.
+    over the cores); ``bind_cores`` gives each CPU rank cores of its own when there are
+    enough (``runtime.bind_to_cores``, lesson 02).  Raises ``WorkerError`` naming the failed rank.
     """
     check_world_size(world_size)
     check_backend(backend)
@@ -134,13 +136,17 @@ def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = 
     validate = getattr(fn, "validate_args", None)
     if validate is not None:
         validate(world_size, **kwargs)
+    if port is not None and backend == "horovod":
+        raise ValueError("port= sets torchrun's rendezvous port; Horovod always picks a free "
+                         "port for its own rendezvous (horovod.run has no setting for it)")
     if port is None:
         port = free_port()
     else:
         check_port(port)
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    job = {"fn": fn, "kwargs": kwargs, "device": dev, "timeout": float(timeout), "threads": threads}
+    job = {"fn": fn, "kwargs": kwargs, "device": dev, "timeout": float(timeout), "threads": threads,
+           "bind_cores": bool(bind_cores)}
     try:
         payload = pickle.dumps(job)
     except Exception as err:

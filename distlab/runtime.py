@@ -114,8 +114,25 @@ class Worker:
         else:
             dist.barrier()
 
+    def wait_for_optimizer(self, opt) -> None:
+        """Lesson 02: wait for the all-reduces that Horovod's ``DistributedOptimizer`` started.
+
+        Its hooks start one all-reduce per gradient during ``backward``; ``opt.step()`` then
+        waits for each in turn, and Horovod 0.28.1 waits by sleeping a whole millisecond
+        between looks (and never gives up).  Waiting here first, with short looks and the
+        job's timeout, lets ``step()`` find them all finished.
+        """
+        for handle, _ in list(opt._handles.values()):
+            if handle is not None and not callable(handle):
+                self._hvd_poll(handle, "DistributedOptimizer's gradient all-reduce")
+
     def _hvd_wait(self, handle, what: str):
-        """Lesson 02: wait for a Horovod collective, but not forever.
+        """Lesson 02: wait for a Horovod collective and return its result, but not forever."""
+        self._hvd_poll(handle, what)
+        return self._hvd.synchronize(handle)
+
+    def _hvd_poll(self, handle, what: str) -> None:
+        """Return when a Horovod collective has finished; give up after ``timeout`` seconds.
 
         ``hvd.synchronize`` has no time limit, and Horovod's "stall check" (which should stop
         a job whose ranks never all join a collective) did not fire in our tests of Horovod
@@ -130,7 +147,6 @@ class Worker:
                                    "some rank never joined it")
             time.sleep(pause)
             pause = min(2 * pause, 2e-4)   # look often: each look costs microseconds
-        return hvd.synchronize(handle)
 
     # -- talking to the launcher -----------------------------------------------------------
     def progress(self, step: int, total: int, force: bool = False, **metrics) -> None:
@@ -153,6 +169,39 @@ class Worker:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def bind_to_cores(local_rank: int, local_world_size: int, threads: int) -> list[int]:
+    """Lesson 02: give this CPU rank ``threads`` cores of its own, if this machine has enough.
+
+    Why: left alone, the operating system moves every thread of every rank from core to
+    core.  A rank's helper threads (gloo's, Horovod's background thread, which wakes every
+    millisecond) then wake on whichever core looks free, interrupt the *other* rank's
+    computation and leave its caches cold.  Bound, each rank keeps its own cores and its
+    helpers interrupt only their own rank.  Measured on 2 cores, 2 ranks, MLP width 1024:
+    a DDP step went from 43.7 to 39.4 ms, a Horovod step from 52.9 to 44 ms.
+
+    Binds only when the ranks' threads fit (``local_world_size * threads`` cores at most):
+    otherwise binding would force ranks to share cores the system could have spread.
+    Returns the cores bound to, or ``[]`` when it did not bind.
+    """
+    if not hasattr(os, "sched_setaffinity"):        # Linux only; elsewhere leave it to the OS
+        return []
+    cores = sorted(os.sched_getaffinity(0))
+    if local_world_size * threads > len(cores):
+        return []
+    mine = set(cores[local_rank * threads:(local_rank + 1) * threads])
+    for tid in os.listdir("/proc/self/task"):       # every thread that exists now; later
+        try:                                        # ones inherit their creator's cores
+            os.sched_setaffinity(int(tid), mine)
+        except OSError:                             # a thread that has just ended
+            pass
+    return sorted(mine)
+
+
+def local_world_size() -> int:
+    """How many ranks of this job run on this machine (torchrun and Horovod both say)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("HOROVOD_LOCAL_SIZE", "1")))
 
 
 def start_worker(backend: str, device: str = "auto", timeout: float = DEFAULT_TIMEOUT,

@@ -140,6 +140,15 @@ def test_a_missing_peer_ends_in_a_timeout_not_a_hang(pid_dir):
     assert alive(read_pids(pid_dir)) == []
 
 
+def test_the_optimizer_wrappers_all_reduce_also_times_out(pid_dir):
+    """Horovod's DistributedOptimizer would wait forever in step(); distlab waits with the timeout."""
+    with pytest.raises(distlab.WorkerError,
+                       match="DistributedOptimizer's gradient all-reduce on rank 0 waited more than 3 s") as info:
+        distlab.launch(dp.train, world_size=2, timeout=3, backend="horovod", method="ddp",
+                       global_batch_size=16, steps=3, straggler=(1, 10.0), progress="none")
+    assert info.value.rank == 0
+
+
 def test_interrupt_stops_every_process(tmp_path, pid_dir):
     """Ctrl-C (a notebook's "interrupt kernel") stops the driver, its helpers and every rank."""
     proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir, backend="horovod")

@@ -139,6 +139,26 @@ def test_a_port_in_use_is_refused():
             distlab.launch(workers.echo, world_size=2, port=port)
 
 
+def test_a_port_is_refused_for_horovod_which_picks_its_own():
+    with pytest.raises(ValueError, match="Horovod always picks a free port"):
+        distlab.launch(workers.echo, world_size=2, backend="horovod", port=29999)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_cpu_rank_gets_a_core_of_its_own_when_there_are_enough(backend):
+    """Lesson 05 (runtime.bind_to_cores): every thread of rank r runs on core r; with more
+    ranks than cores, or bind_cores=False, every rank may run anywhere."""
+    mine = sorted(os.sched_getaffinity(0))
+    assert len(mine) >= 2, "this test needs a machine with at least 2 cores"
+    bound = distlab.launch(workers.cores, world_size=2, backend=backend, progress="none")
+    assert [r["cores"] for r in bound] == [[mine[0]], [mine[1]]]
+    assert [r["every_thread"] for r in bound] == [[(mine[0],)], [(mine[1],)]]
+    free = distlab.launch(workers.cores, world_size=2, backend=backend, progress="none", bind_cores=False)
+    assert [r["cores"] for r in free] == [mine, mine]
+    crowded = distlab.launch(workers.cores, world_size=len(mine) + 1, backend=backend, progress="none")
+    assert all(r["cores"] == mine for r in crowded)
+
+
 def test_a_killed_notebook_kernel_takes_its_workers_with_it(tmp_path, pid_dir):
     """If the process that launched the job dies outright (SIGKILL), no worker survives it."""
     proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir)

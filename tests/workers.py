@@ -64,3 +64,10 @@ def run_forever(worker, pid_dir=None):
         step += 1
         worker.progress(step, 10**9)
         time.sleep(0.01)
+
+
+def cores(worker):
+    """Which cores this rank's threads may run on (``bind_cores``)."""
+    tasks = os.listdir("/proc/self/task")
+    return {"rank": worker.rank, "cores": sorted(os.sched_getaffinity(0)),
+            "every_thread": sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in tasks})}

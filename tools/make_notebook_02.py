@@ -188,9 +188,17 @@ they also change from run to run: run the cell twice before you conclude anythin
   2 ranks, those threads compete with the training for the cores, and steps stall now and
   then: the spikes in the right-hand panel;
 * this model is tiny (a step computes for well under a millisecond), so these fixed costs
-  dominate. With more computation per step they weigh less: `bench/backends.py` trains a
-  larger model on both backends, alternating them, and prints Horovod's throughput as a
-  fraction of torchrun's;
+  dominate. With more computation per step they weigh less, but they do not vanish:
+  `bench/backends.py` trains a wider model (width 1024, 1024 samples a step, about 45 ms)
+  on both backends, alternating them, and on this machine Horovod reached about 0.85 to 0.92
+  of torchrun's throughput. What is left is the price of overlapping on a CPU whose cores are
+  all busy computing: the all-reduces Horovod starts during backward, and its background
+  thread, need the same core as the rank's own computation and wait for their turn. On a GPU
+  machine the computation runs on the GPU and leaves the CPU to them;
+* `distlab.launch` gives each CPU rank a core of its own when there are enough
+  (`bind_cores=True`, the default; see `runtime.bind_to_cores`). Unbound, one rank's helper
+  threads wake up on the other rank's core and interrupt it. In one measurement here,
+  binding took a Horovod step from 53 to 45 ms and a DDP step from 44 to 39 ms;
 * **start-up** costs several seconds on both: starting Python and PyTorch in every process
   and meeting the others. Horovod adds a driver process and one helper process per rank.
 
@@ -227,8 +235,8 @@ print("exercise 2: correct")
 same gradients. Swapping it for torchrun changes none of the numbers: `DistributedOptimizer`
 is to Horovod what DDP is to PyTorch. What it changes is how the work is scheduled (a
 background thread, tensor fusion) and so what each step costs: for a tiny model, its
-per-cycle overhead shows; for a model with real computation per step, it disappears in the
-noise. Next, **03 · Combining gradients** opens the all-reduce itself: parameter server,
+per-cycle overhead dominates; with real computation per step it shrinks to about a tenth on
+this 2-core machine, where communication and computation share the same cores. Next, **03 · Combining gradients** opens the all-reduce itself: parameter server,
 ring and tree.
 """),
 ]
