@@ -12,7 +12,8 @@ Horovod starts a job in two ways, and distlab uses both:
 
 * from Python, ``horovod.run(fn, args, num_proc=N, hosts="localhost:N", use_gloo=True)``
   ships ``fn`` to N new processes and returns every rank's return value as a list.
-  ``distlab.launch(..., backend="horovod")`` calls it (``run_job_with_horovod``);
+  ``distlab.launch(..., backend="horovod")`` calls it in a driver process
+  (``horovod_driver.py``);
 * from a terminal, ``horovodrun -np N --gloo -H localhost:N python -m distlab.horovod_backend
   RUN_DIR`` starts N copies of this module's ``main``, each one rank of the job in RUN_DIR
   (``horovodrun_command`` writes the line out).  ``python -m distlab.horovod_backend
@@ -34,10 +35,7 @@ import importlib
 import os
 import pickle
 import re
-import signal
 import sys
-import threading
-import time
 
 LOOPBACK = "lo"   # keep every rank's traffic on this machine's loopback interface
 
@@ -115,32 +113,15 @@ def run_rank(run_dir: str) -> dict:
     return {"rank": rank, "pid": os.getpid(), "record": os.path.join(run_dir, f"record_{rank}.pt")}
 
 
-def run_job_with_horovod(run_dir: str, world_size: int) -> list[dict]:
-    """Lesson 02: ``horovod.run`` the job in ``run_dir`` on ``world_size`` local ranks over Gloo.
-
-    Returns what every rank returned (``run_rank``'s summary), in rank order.  Must run in
-    a program's main thread (``horovod.run`` installs signal handlers).
-    """
-    import horovod
-
-    from distlab import horovod_backend   # by name: cloudpickle then sends a reference, not code
-    return horovod.run(horovod_backend.run_rank, args=(run_dir,), num_proc=world_size,
-                       hosts=f"localhost:{world_size}", use_gloo=True,
-                       network_interfaces=[LOOPBACK])
-
-
 class HorovodJob:
     """The driver process of a Horovod job, as ``distlab.launch`` sees it: like torchrun's."""
 
     def __init__(self, world_size: int, env: dict, run_dir: str):
         from .launch import _Subprocess   # here, not at the top: the driver program needs none of it
 
-        # "-c", not "-m": Horovod starts a helper process per rank with multiprocessing's
-        # "spawn", which imports the parent's main module again in each helper (for "-m
-        # distlab.horovod_backend": the distlab package, and torch with it, seconds apiece);
-        # a "-c" program has no main module to import again.
-        cmd = [sys.executable, "-c", "from distlab.horovod_backend import main; main()",
-               "--driver", str(world_size), run_dir]
+        # By path, so that the driver imports neither distlab nor torch (see horovod_driver.py).
+        driver = os.path.join(os.path.dirname(os.path.abspath(__file__)), "horovod_driver.py")
+        cmd = [sys.executable, driver, str(world_size), run_dir]
         self.driver = _Subprocess(cmd, env, run_dir)
 
     def poll(self):
@@ -225,12 +206,6 @@ def write_job(run_dir: str, fn_name: str, kwargs: dict, timeout: float = 60.0, t
     os.replace(f"{path}.tmp{os.getpid()}", path)
 
 
-def _stop_when_orphaned(parent_pid: int) -> None:
-    while os.getppid() == parent_pid:
-        time.sleep(0.5)
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
 def _parse_kwargs(pairs: list[str]) -> dict:
     kwargs = {}
     for pair in pairs:
@@ -255,17 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("fn", nargs="?", help="module:function to write into the job first")
     parser.add_argument("kwargs", nargs="*", help="key=value arguments of the function")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds for every collective")
-    parser.add_argument("--driver", type=int, metavar="N",
-                        help="instead: start N ranks with horovod.run (what distlab.launch does)")
     args = parser.parse_args(argv)
-    if args.driver is not None:
-        # SIGTERM (the launcher) or SIGINT (a terminal's Ctrl-C) stops the driver, and
-        # Horovod's handler for them stops every rank.  If the launcher itself dies (a
-        # notebook kernel restarted), nobody would send one: we send it to ourselves.
-        threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), daemon=True).start()
-        results = run_job_with_horovod(args.run_dir, args.driver)
-        print(f"horovod.run returned {len(results)} values: {results}", flush=True)
-        return 0
     if args.fn:
         write_job(args.run_dir, args.fn, _parse_kwargs(args.kwargs), timeout=args.timeout)
     summary = run_rank(args.run_dir)

@@ -1,0 +1,54 @@
+"""The driver of a Horovod job started from a notebook: ``python .../horovod_driver.py N RUN_DIR``.
+
+Lesson 02.  ``distlab.launch(..., backend="horovod")`` runs this file as a program of its own,
+which calls ``horovod.run`` to start N ranks (``horovod_backend.HorovodJob`` says why not in the
+notebook's process).  Two choices here are only about start-up time:
+
+* the file is run *by its path*, not as ``python -m distlab.horovod_driver``: anything imported
+  from the ``distlab`` package first runs ``distlab/__init__.py``, which imports PyTorch, two to
+  three seconds that a driver never needs (only the ranks train);
+* for the same reason the function handed to ``horovod.run`` is defined here, in the driver's
+  main module.  Horovod ships such a function by value, and it imports distlab inside each rank.
+
+Only the standard library is imported at the top: Horovod starts a helper process per rank
+with multiprocessing's "spawn", which runs this file's top level again in each helper.
+"""
+import os
+import signal
+import sys
+import threading
+import time
+
+LOOPBACK = "lo"   # keep every rank's traffic on this machine's loopback interface
+
+
+def run_rank(run_dir: str) -> dict:
+    """What each rank runs: its part of the job in ``run_dir`` (``horovod_backend.run_rank``)."""
+    from distlab.horovod_backend import run_rank as run_this_rank
+    return run_this_rank(run_dir)
+
+
+def stop_when_orphaned(parent_pid: int) -> None:
+    """If the launcher dies (a notebook kernel restarted), stop: SIGTERM ourselves, and
+    Horovod's handler for it stops every rank."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def main() -> int:
+    world_size, run_dir = int(sys.argv[1]), sys.argv[2]
+    threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True).start()
+    import horovod
+
+    # Every rank's return value comes back, in rank order.  horovod.run installs handlers
+    # for SIGINT and SIGTERM (the launcher's way to stop us) that stop every rank.
+    results = horovod.run(run_rank, args=(run_dir,), num_proc=world_size,
+                          hosts=f"localhost:{world_size}", use_gloo=True,
+                          network_interfaces=[LOOPBACK])
+    print(f"horovod.run returned {len(results)} values: {results}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
