@@ -41,8 +41,8 @@ def run(world: int, sizes) -> dict:
     link = cost_model.fit_link(m["ping_pong"], m["add"])
     print(f"\n{world} ranks ({time.time() - t0:.0f} s): {link}")
     pp = m["ping_pong"]
-    print("ping-pong one-way, measured / alpha + b beta: " + ", ".join(
-        f"{b:,} B {s * 1e6:.0f}/{(link.alpha + b * link.beta) * 1e6:.0f} us"
+    print("ping-pong one-way, measured / model: " + ", ".join(
+        f"{b:,} B {s * 1e6:.0f}/{link.message_seconds(b) * 1e6:.0f} us"
         for b, s in zip(pp["bytes"], pp["seconds"])))
     print(f"{'floats':>8} {'gloo ms':>9} " + " ".join(f"{a[:12]:>24}" for a in ALGORITHMS))
     print(f"{'':>8} {'':>9} " + " ".join(f"{'ms  x gloo  model/meas':>24}" for _ in ALGORITHMS))

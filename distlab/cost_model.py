@@ -7,7 +7,11 @@ fixed price of any message (software, system calls, waking the receiver), ``beta
 of each byte (copying it through the network or, on one machine, through memory).  Adding
 a received chunk into your own costs ``gamma`` seconds per byte.  We measure all three on
 this machine: a *ping-pong* (rank 0 sends, rank 1 sends it straight back: half the round
-trip is one message) gives alpha and beta, a timed ``add_`` gives gamma.
+trip is one message) gives alpha and beta, a timed ``add_`` gives gamma.  On one machine
+the price of a byte is not one number: data that fits in the CPU's caches is copied and
+added faster than data that does not, so ``fit_link`` fits a second line to measurements of
+``LARGE`` (4 MB) and more (``Link.large``, ``Link.large_add``), and the model takes the
+slower of the two lines for each message.
 
 An algorithm is a list of *steps* (``schedule``): the messages of one step travel at the
 same time, the steps one after another.  A step costs
@@ -60,27 +64,57 @@ class Link:
     beta: float         # seconds per byte sent
     gamma: float = 0.0  # seconds per byte added
     lanes: int | None = 1    # messages that travel at full speed at once; None: one link per rank
+    # Large data (lines of their own, fitted on LARGE bytes or more; None: not fitted): on
+    # one machine a message is a memory copy, and copying or adding is fast while the data
+    # fits in the CPU's caches and slower per byte once it does not.
+    large: tuple[float, float] | None = None       # one message: seconds = a + b * bytes
+    large_add: tuple[float, float] | None = None   # adding: seconds = a + b * bytes
+
+    def copy_seconds(self, nbytes: float) -> float:
+        """Seconds one message of ``nbytes`` takes beyond ``alpha``: ``nbytes * beta``, or
+        the large-message line where that is slower (the two lines cross at the knee)."""
+        small = nbytes * self.beta
+        return small if self.large is None else max(small, self.large[0] - self.alpha + nbytes * self.large[1])
+
+    def add_seconds(self, nbytes: float) -> float:
+        """Seconds to add ``nbytes`` received bytes into one's own: ``nbytes * gamma``, or
+        the large-data line where that is slower."""
+        small = nbytes * self.gamma
+        return small if self.large_add is None else max(small, self.large_add[0] + nbytes * self.large_add[1])
+
+    def message_seconds(self, nbytes: float) -> float:
+        """Lesson 03: the model's time for one message of ``nbytes`` bytes."""
+        return self.alpha + self.copy_seconds(nbytes)
 
     def __str__(self) -> str:
         text = f"alpha = {self.alpha * 1e6:.0f} us per message, 1/beta = {1 / self.beta / 1e9:.2f} GB/s"
+        if self.large is not None:
+            text += f" ({1 / self.large[1] / 1e9:.2f} GB/s for large messages)"
         if self.gamma:
             text += f", 1/gamma = {1 / self.gamma / 1e9:.2f} GB/s added"
+        if self.large_add is not None:
+            text += f" ({1 / self.large_add[1] / 1e9:.2f} GB/s large)"
         return text + (f", lanes = {self.lanes}" if self.lanes else ", one link per rank")
 
 
-def fit_line(x, y) -> tuple[float, float]:
+LARGE = 4_000_000   # bytes: measurements this large or larger fit the large-data lines
+
+
+def fit_line(x, y, *, clamp: bool = True) -> tuple[float, float]:
     """Intercept and slope of ``y = a + b x``, fitted for *relative* error.
 
     Plain least squares would let the largest messages decide everything; weighting each
     point by 1/y makes a 10 us message count as much as a 10 ms one, so alpha comes from
-    the small messages and beta from the big ones.
+    the small messages and beta from the big ones.  A time cannot start below zero, so the
+    intercept is clamped at 0 unless ``clamp=False`` (the large-message line, which only
+    holds to the right of its knee, may start below zero).
     """
     x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
     if len(x) < 2 or len(x) != len(y) or (y <= 0).any():
         raise ValueError("need at least two (size, positive time) pairs")
     design = torch.stack([torch.ones_like(x), x], 1) / y[:, None]
     coef = torch.linalg.lstsq(design, torch.ones_like(y)[:, None]).solution.flatten()
-    return max(coef[0].item(), 0.0), coef[1].item()
+    return (max(coef[0].item(), 0.0) if clamp else coef[0].item()), coef[1].item()
 
 
 def fit_link(ping_pong: dict, add: dict | None = None) -> Link:
@@ -89,13 +123,30 @@ def fit_link(ping_pong: dict, add: dict | None = None) -> Link:
     ``lanes`` compares two messages sent at once (``exchange_seconds``) with one: if the
     pair takes as long as one message, two lanes; as long as two messages, one lane
     (a whole number, at least one: the median estimate, rounded).
+
+    With two or more measurements of ``LARGE`` bytes or more (and two smaller ones), the large
+    ones fit a line of their own (``large``, ``large_add``): one straight line through 8 bytes
+    and 40 MB fits neither end (on our machine it predicted 10 ms for a 40 MB message that
+    took 17 ms, and adding 40 MB took twice what the small adds foretold).
     """
-    alpha, beta = fit_line(ping_pong["bytes"], ping_pong["seconds"])
-    gamma = fit_line(add["bytes"], add["seconds"])[1] if add else 0.0
-    pairs = [2 * b * beta / max(t - alpha, 1e-12)
+    alpha, beta, large = _two_lines(ping_pong["bytes"], ping_pong["seconds"])
+    gamma, large_add = 0.0, None
+    if add:
+        _, gamma, large_add = _two_lines(add["bytes"], add["seconds"])
+    link = Link(alpha, beta, gamma, 1, large, large_add)
+    pairs = [2 * link.copy_seconds(b) / max(t - alpha, 1e-12)
              for b, t in zip(ping_pong.get("exchange_bytes", []), ping_pong.get("exchange_seconds", []))]
-    lanes = max(1, round(sorted(pairs)[len(pairs) // 2])) if pairs else 1
-    return Link(alpha, beta, gamma, lanes)
+    link.lanes = max(1, round(sorted(pairs)[len(pairs) // 2])) if pairs else 1
+    return link
+
+
+def _two_lines(sizes, seconds):
+    """(intercept, slope) of the small sizes, and the large sizes' (intercept, slope) or None."""
+    large = [(b, t) for b, t in zip(sizes, seconds) if b >= LARGE]
+    small = [(b, t) for b, t in zip(sizes, seconds) if b < LARGE]
+    if len(large) < 2 or len(small) < 2:
+        return (*fit_line(sizes, seconds), None)
+    return (*fit_line(*zip(*small)), fit_line(*zip(*large), clamp=False))
 
 
 def chunk_sizes(numel: int, world_size: int) -> list[int]:
@@ -147,17 +198,19 @@ def bytes_per_rank(algorithm: str, world_size: int, numel: int, itemsize: int = 
 def step_time(step: dict, link: Link, world_size: int) -> float:
     """One step's time: the messages and bytes that must pass one after another, the adding."""
     sent, got = [0] * world_size, [0] * world_size            # messages per rank
-    out, into = [0] * world_size, [0] * world_size            # bytes per rank
+    out, into = [0.0] * world_size, [0.0] * world_size        # copying seconds per rank
+    added = [0.0] * world_size                                # adding seconds per rank
     for m in step["messages"]:
         sent[m["src"]] += 1
         got[m["dst"]] += 1
-        out[m["src"]] += m["bytes"]
-        into[m["dst"]] += m["bytes"]
+        out[m["src"]] += link.copy_seconds(m["bytes"])       # bytes * beta (small messages)
+        into[m["dst"]] += link.copy_seconds(m["bytes"])
+        added[m["dst"]] += link.add_seconds(m["bytes"])      # bytes * gamma (small messages)
     lanes = link.lanes or world_size                          # None: every rank its own link
     messages = max(max(sent), max(got), len(step["messages"]) / lanes)
-    serial_bytes = max(max(out), max(into), sum(into) / lanes)
-    added = max(into) if step["phase"] in REDUCING else 0
-    return messages * link.alpha + serial_bytes * link.beta + added * link.gamma
+    copying = max(max(out), max(into), sum(into) / lanes)
+    adding = max(added) if step["phase"] in REDUCING else 0.0
+    return messages * link.alpha + copying + adding
 
 
 def predict_time(algorithm: str, world_size: int, numel: int, link: Link, itemsize: int = 4) -> float:
@@ -223,7 +276,8 @@ def _time_add(sizes, dtype, repeats) -> dict:
 
 def measure(worker, sizes=(1_000, 10_000, 100_000, 1_000_000), algorithms=(*ALGORITHMS, BASELINE),
             dtype: str = "float32", repeats: int | None = None,
-            ping_pong_bytes=(8, 800, 8_000, 80_000, 800_000, 8_000_000, 40_000_000),
+            ping_pong_bytes=(8, 800, 8_000, 80_000, 800_000, 4_000_000, 8_000_000, 16_000_000,
+                             40_000_000),
             ping_pong_repeats: int = 20, seed: int = 0) -> dict:
     """Lesson 03 (worker): a ping-pong, an add, then every algorithm timed side by side.
 

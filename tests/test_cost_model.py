@@ -133,3 +133,30 @@ def test_lanes_come_from_two_messages_at_once():
         assert M.fit_link(ping).lanes == lanes
     del ping["exchange_seconds"], ping["exchange_bytes"]
     assert M.fit_link(ping).lanes == 1
+
+
+def test_large_messages_and_adds_fit_lines_of_their_own():
+    """Lesson 03: data that no longer fits in the caches costs more per byte: a second line."""
+    alpha, beta, gamma = 50e-6, 1 / 6e9, 1 / 15e9
+    slow, slow_add = (-0.5e-3, 1 / 2.5e9), (-0.2e-3, 1 / 8e9)   # the large-data lines
+    sizes = [8, 8_000, 800_000, 4_000_000, 8_000_000, 40_000_000]
+    seconds = [max(alpha + b * beta, slow[0] + b * slow[1]) for b in sizes]
+    added = [max(b * gamma, slow_add[0] + b * slow_add[1]) for b in sizes[1:]]
+    link = M.fit_link({"bytes": sizes, "seconds": seconds}, {"bytes": sizes[1:], "seconds": added})
+    assert link.alpha == pytest.approx(alpha, rel=1e-6) and link.beta == pytest.approx(beta, rel=1e-6)
+    assert link.large == pytest.approx(slow, rel=1e-6) and link.large_add == pytest.approx(slow_add, rel=1e-6)
+    for b, t in zip(sizes, seconds):                 # the model reproduces every measurement
+        assert link.message_seconds(b) == pytest.approx(t, rel=1e-6)
+    for b, t in zip(sizes[1:], added):
+        assert link.add_seconds(b) == pytest.approx(t, rel=1e-6)
+    # the knee: below it the small-message line, above it the large one
+    assert link.copy_seconds(800_000) == pytest.approx(800_000 * beta)
+    assert link.copy_seconds(40_000_000) > 40_000_000 * beta
+    # a ring step is priced with both lines: 2 ranks, 40 MB, 20 MB chunks; one lane, so the
+    # two messages of the step take turns
+    step = M.schedule("ring", 2, 10_000_000)[0]
+    assert M.step_time(step, link, 2) == pytest.approx(
+        2 * alpha + 2 * link.copy_seconds(20_000_000) + link.add_seconds(20_000_000))
+    # with one large measurement only there is nothing to fit a second line to
+    one = M.fit_link({"bytes": sizes[:4], "seconds": seconds[:4]})
+    assert one.large is None and one.large_add is None
