@@ -1,6 +1,6 @@
 """Benchmark for issue #4: the hand-written all-reduces against gloo's, and against the model.
 
-For 2 and 4 ranks, one launch each runs ``distlab.cost_model.measure``: a ping-pong and an
+For 2 and 4 ranks, one launch each runs ``distlab.measure_costs.measure``: a ping-pong and an
 add (to fit the alpha-beta model), then naive, parameter server, ring, tree and gloo's
 ``dist.all_reduce`` on 1e3 .. 1e7 float32 numbers, taking turns (the order rotates every
 repetition) after a barrier, the slowest rank's time per repetition, the best repetition
@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import distlab  # noqa: E402
-from distlab import cost_model  # noqa: E402
+from distlab import cost_model, measure_costs  # noqa: E402
 from distlab.collectives import ALGORITHMS  # noqa: E402
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
@@ -37,7 +37,7 @@ def label(numel: int) -> str:
 
 def run(world: int, sizes) -> dict:
     t0 = time.time()
-    m = distlab.launch(cost_model.measure, world, progress="none", timeout=120, sizes=sizes)[0]
+    m = distlab.launch(measure_costs.measure, world, progress="none", timeout=120, sizes=sizes)[0]
     link = cost_model.fit_link(m["ping_pong"], m["add"])
     print(f"\n{world} ranks ({time.time() - t0:.0f} s): {link}")
     pp = m["ping_pong"]
@@ -46,9 +46,9 @@ def run(world: int, sizes) -> dict:
         for b, s in zip(pp["bytes"], pp["seconds"])))
     print(f"{'floats':>8} {'gloo ms':>9} " + " ".join(f"{a[:12]:>24}" for a in ALGORITHMS))
     print(f"{'':>8} {'':>9} " + " ".join(f"{'ms  x gloo  model/meas':>24}" for _ in ALGORITHMS))
-    rows = {(r["algorithm"], r["numel"]): r for r in cost_model.compare(m, link)}
+    rows = {(r["algorithm"], r["numel"]): r for r in measure_costs.compare(m, link)}
     for numel in sizes:
-        gloo = rows[cost_model.BASELINE, numel]["measured"]
+        gloo = rows[measure_costs.BASELINE, numel]["measured"]
         cells = [f"{rows[a, numel]['measured'] * 1e3:9.2f} {rows[a, numel]['measured'] / gloo:5.2f} "
                  f"{rows[a, numel]['ratio']:8.2f}" for a in ALGORITHMS]
         print(f"{label(numel):>8} {gloo * 1e3:9.2f} " + " ".join(f"{c:>24}" for c in cells))
@@ -71,7 +71,7 @@ def main() -> int:
         for numel in GOAL_SIZES:
             if numel not in sizes:
                 continue
-            ratio = rows["ring", numel]["measured"] / rows[cost_model.BASELINE, numel]["measured"]
+            ratio = rows["ring", numel]["measured"] / rows[measure_costs.BASELINE, numel]["measured"]
             goal(f"ring_vs_gloo_{world}r_{label(numel)}", ratio, ratio <= RING_LIMIT, "<=", f"{RING_LIMIT}")
     lo, hi = MODEL_BAND
     for world, rows in results.items():

@@ -11,10 +11,13 @@ Each module is one idea and names the lesson that introduces it:
 - ``doctor``         what this machine has and which backends are built (lesson 00)
 - ``horovod_backend`` the same jobs launched with Horovod (lesson 02)
 - ``collectives``    parameter server, ring and tree all-reduce on send/recv (lesson 03)
+- ``collective_runs`` those all-reduces checked against dist.all_reduce, and traced (lesson 03)
 - ``cost_model``     the alpha-beta model of what an all-reduce costs (lesson 03)
+- ``measure_costs``  timing messages and all-reduces on the ranks, for the model (lesson 03)
 - ``async_sgd``      asynchronous SGD with a parameter server, and staleness (lesson 04)
 - ``local_sgd``      gradient accumulation and local SGD: syncing every k steps (lesson 04)
-- ``scaling``        measured speedup, Amdahl's law and the large-batch study (lesson 05)
+- ``scaling``        measured speedup, strong and weak scaling, Amdahl's law (lesson 05)
+- ``large_batch``    what the larger global batch does to accuracy, and the lr rules (lesson 05)
 - ``widgets``        the pictures, drawn only from records (one module per lesson)
 """
 from .launch import PortInUseError, WorkerError, launch

@@ -44,15 +44,11 @@ tree                2L (alpha + n beta) + L n gamma,  L = ceil(log2 N)    L n
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
-from .collectives import ALGORITHMS, DTYPES, _check_torchrun, all_reduce, check_algorithm
-
-BASELINE = "gloo"   # dist.all_reduce, timed next to the hand-written algorithms
+from .collectives import check_algorithm
 REDUCING = ("reduce", "push", "reduce-scatter")   # phases whose receiver adds what arrives
 
 
@@ -216,141 +212,3 @@ def step_time(step: dict, link: Link, world_size: int) -> float:
 def predict_time(algorithm: str, world_size: int, numel: int, link: Link, itemsize: int = 4) -> float:
     """Lesson 03: the alpha-beta model's time for one all-reduce, in seconds."""
     return sum(step_time(s, link, world_size) for s in schedule(algorithm, world_size, numel, itemsize))
-
-
-# ---------------------------------------------------------------------------------------------
-# measuring on the ranks (worker function)
-# ---------------------------------------------------------------------------------------------
-def repeats_for(numel: int, repeats: int | None = None) -> int:
-    """How many timed repetitions: many for fast small tensors, a few for large ones."""
-    return repeats if repeats is not None else max(5, min(30, int(3e7 / max(numel, 1))))
-
-
-def _ping_pong(rank: int, sizes, repeats) -> dict:
-    """Rank 0 sends ``b`` bytes to rank 1, which sends them back; half the best round trip.
-    Then, for sizes of 800 kB and more, both send ``b`` bytes to each other at once."""
-    seconds, exchange = [], []
-    for numel in sizes:
-        buf, best = torch.zeros(numel, dtype=torch.uint8), float("inf")
-        for _ in range(repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            if rank == 0:
-                dist.send(buf, 1)
-                dist.recv(buf, 1)
-            elif rank == 1:
-                dist.recv(buf, 0)
-                dist.send(buf, 0)
-            best = min(best, (time.perf_counter() - t0) / 2)
-        seconds.append(best)
-    big = [n for n in sizes if n >= 800_000]
-    for numel in big:
-        mine, theirs, best = torch.zeros(numel, dtype=torch.uint8), torch.zeros(numel, dtype=torch.uint8), 1e9
-        for _ in range(repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            if rank in (0, 1):
-                works = [dist.isend(mine, 1 - rank), dist.irecv(theirs, 1 - rank)]
-                for work in works:
-                    work.wait()
-            best = min(best, time.perf_counter() - t0)
-        exchange.append(best)
-    return {"bytes": list(sizes), "seconds": seconds, "exchange_bytes": big, "exchange_seconds": exchange}
-
-
-def _time_add(sizes, dtype, repeats) -> dict:
-    """Seconds to add one tensor into another (all ranks at once, as in a real reduction)."""
-    seconds = []
-    for numel in sizes:
-        a, b = torch.ones(numel, dtype=dtype), torch.ones(numel, dtype=dtype)
-        best = float("inf")
-        for _ in range(repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            a.add_(b)
-            best = min(best, time.perf_counter() - t0)
-        seconds.append(best)
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    return {"bytes": [n * itemsize for n in sizes], "seconds": seconds}
-
-
-def measure(worker, sizes=(1_000, 10_000, 100_000, 1_000_000), algorithms=(*ALGORITHMS, BASELINE),
-            dtype: str = "float32", repeats: int | None = None,
-            ping_pong_bytes=(8, 800, 8_000, 80_000, 800_000, 4_000_000, 8_000_000, 16_000_000,
-                             40_000_000),
-            ping_pong_repeats: int = 20, seed: int = 0) -> dict:
-    """Lesson 03 (worker): a ping-pong, an add, then every algorithm timed side by side.
-
-    Algorithms take turns (the order rotates every repetition) on a freshly copied tensor
-    after a barrier, so that a busy moment of the machine hits them all alike.  A time is the
-    slowest rank's; the record keeps every repetition (take the best, or the median).
-    Returns ``{"world_size", "dtype", "ping_pong", "add", "times": {alg: {numel: [s, ...]}}}``.
-    """
-    _check_torchrun(worker)
-    torch_dtype = DTYPES[dtype]
-    ping = _ping_pong(worker.rank, ping_pong_bytes, ping_pong_repeats)
-    itemsize = torch.empty(0, dtype=torch_dtype).element_size()
-    add = _time_add([b // itemsize for b in ping_pong_bytes if b >= 80_000], torch_dtype, ping_pong_repeats)
-    times = {a: {} for a in algorithms}
-    for numel in sizes:
-        g = torch.Generator().manual_seed(seed + worker.rank)
-        original = torch.randn(numel, generator=g, dtype=torch.float64).to(torch_dtype)
-        x = original.clone()
-        for a in algorithms:                   # warm-up: first-touch of memory, buffers
-            _run(a, x)
-        for rep in range(repeats_for(numel, repeats)):
-            for a in algorithms[rep % len(algorithms):] + algorithms[:rep % len(algorithms)]:
-                x.copy_(original)
-                dist.barrier()
-                t0 = time.perf_counter()
-                _run(a, x)
-                times[a].setdefault(numel, []).append(time.perf_counter() - t0)
-    # the slowest rank decides: one all-reduce of every time at the end (outside the timing)
-    flat = torch.tensor([t for a in algorithms for n in sizes for t in times[a][n]], dtype=torch.float64)
-    dist.all_reduce(flat, op=dist.ReduceOp.MAX)
-    it = iter(flat.tolist())
-    times = {a: {n: [next(it) for _ in times[a][n]] for n in sizes} for a in algorithms}
-    return {"world_size": worker.world_size, "dtype": dtype, "ping_pong": ping, "add": add,
-            "times": times}
-
-
-def _run(algorithm: str, x: torch.Tensor) -> None:
-    if algorithm == BASELINE:
-        dist.all_reduce(x)
-    else:
-        all_reduce(x, "sum", algorithm)
-
-
-def measure_args(world_size: int, *, algorithms=(*ALGORITHMS, BASELINE), dtype: str = "float32",
-                 sizes=(1_000,), **_) -> None:
-    if world_size < 2:
-        raise ValueError("measuring communication needs at least 2 ranks")
-    for a in algorithms:
-        if a != BASELINE:
-            check_algorithm(a)
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if not sizes or any(not isinstance(n, int) or n < 1 for n in sizes):
-        raise ValueError(f"sizes must be positive integers (numbers of elements), got {sizes!r}")
-
-
-measure.validate_args = measure_args
-
-
-def best(times: list[float]) -> float:
-    """The fastest repetition: on a shared machine, the one least disturbed by others."""
-    return min(times)
-
-
-def compare(measurement: dict, link: Link) -> list[dict]:
-    """Lesson 03: measured (best repetition) next to predicted, per algorithm and size."""
-    world, itemsize = measurement["world_size"], DTYPES[measurement["dtype"]].itemsize
-    rows = []
-    for algorithm, by_size in measurement["times"].items():
-        for numel, times in by_size.items():
-            row = {"algorithm": algorithm, "world_size": world, "numel": numel, "measured": best(times)}
-            if algorithm != BASELINE:
-                row["predicted"] = predict_time(algorithm, world, numel, link, itemsize)
-                row["ratio"] = row["predicted"] / row["measured"]
-            rows.append(row)
-    return rows

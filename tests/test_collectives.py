@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import distlab
+from distlab import collective_runs as R
 from distlab import collectives as C
 from distlab import cost_model as M
 from distlab import data_parallel as dp
@@ -27,8 +28,8 @@ def shapes_for(n):
 
 def everything(worker, train_too=False):
     """Test worker: all comparisons, the demo trace, and (optionally) training per collective."""
-    out = {"compare": C.compare_with_dist(worker, shapes=shapes_for(worker.world_size)),
-           "trace": C.trace(worker, numel=min(9, 2 * worker.world_size))}
+    out = {"compare": R.compare_with_dist(worker, shapes=shapes_for(worker.world_size)),
+           "trace": R.trace(worker, numel=min(9, 2 * worker.world_size))}
     if train_too:
         out["train"] = {}
         for dtype in ("float32", "float64"):
@@ -113,9 +114,9 @@ def test_ring_sends_about_twice_the_tensor_per_rank_and_the_server_n_minus_1_tim
 
 def test_trace_records_the_numbers_each_message_carried(run):
     n, records = run
-    trace = C.merge_traces([r["trace"] for r in records])
+    trace = R.merge_traces([r["trace"] for r in records])
     numel = min(9, 2 * n)
-    total = [sum(C.demo_values(r, numel).tolist()[i] for r in range(n)) for i in range(numel)]
+    total = [sum(R.demo_values(r, numel).tolist()[i] for r in range(n)) for i in range(numel)]
     for name, t in trace.items():
         assert t["world_size"] == n
         assert all(res == total for res in t["results"]), name       # e.g. 1111, 2222, ... for 4 ranks
@@ -159,11 +160,11 @@ def test_a_missing_peer_makes_the_collective_fail_after_the_timeout():
 # -- bad input fails before any process starts ---------------------------------------------------
 def test_bad_arguments_are_refused_before_start():
     with pytest.raises(ValueError, match="unknown algorithm 'star'"):
-        distlab.launch(C.compare_with_dist, 2, algorithms=("ring", "star"))
+        distlab.launch(R.compare_with_dist, 2, algorithms=("ring", "star"))
     with pytest.raises(ValueError, match="op must be"):
-        distlab.launch(C.compare_with_dist, 2, ops=("max",))
+        distlab.launch(R.compare_with_dist, 2, ops=("max",))
     with pytest.raises(ValueError, match="numel must be 1..9"):
-        distlab.launch(C.trace, 2, numel=20)
+        distlab.launch(R.trace, 2, numel=20)
     with pytest.raises(ValueError, match="unknown collective 'star'"):
         dp.validate_args(2, collective="star", batch_size=8)
     with pytest.raises(ValueError, match="method='by_hand'"):
@@ -200,7 +201,7 @@ def test_animation_colours_exactly_the_ranks_whose_digits_are_in_each_number(run
     from distlab.widgets import collectives as V
 
     n, records = run
-    for name, trace in C.merge_traces([r["trace"] for r in records]).items():
+    for name, trace in R.merge_traces([r["trace"] for r in records]).items():
         frames = V.frames(trace)
         assert len(frames) == 1 + len({(m["phase"], m["step"]) for m in trace["messages"]})
         for f in frames:
@@ -214,9 +215,9 @@ def test_animation_colours_exactly_the_ranks_whose_digits_are_in_each_number(run
 def test_widgets_show_a_picture_and_text_without_a_widget_manager():
     import base64
 
-    from distlab.widgets import collectives as V
+    from distlab.widgets import collectives as V, costs
 
-    traces = C.merge_traces([r["trace"] for r in records_for(4)])
+    traces = R.merge_traces([r["trace"] for r in records_for(4)])
     bundle = V.animation(traces["ring"])._repr_mimebundle_()
     assert base64.b64decode(bundle["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
     assert "application/vnd.jupyter.widget-view+json" in bundle
@@ -224,7 +225,7 @@ def test_widgets_show_a_picture_and_text_without_a_widget_manager():
     assert text.startswith("ring all-reduce on 4 ranks: 24 messages")
     assert text.rstrip().endswith("rank 3: 1111 2222 | 3333 4444 | 5555 6666 | 7777 8888")
     link = M.Link(alpha=50e-6, beta=1 / 3e9, gamma=1 / 10e9, lanes=1)
-    explorer = V.cost_explorer(link, world_size=4, numel=1_000_000)
+    explorer = costs.cost_explorer(link, world_size=4, numel=1_000_000)
     bundle = explorer._repr_mimebundle_()
     assert base64.b64decode(bundle["image/png"])[:4] == b"\x89PNG"
     assert "ring" in bundle["text/plain"] and "1.50 x the tensor" in bundle["text/plain"]

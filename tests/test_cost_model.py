@@ -6,6 +6,7 @@ import torch
 
 import distlab
 from distlab import cost_model as M
+from distlab import measure_costs as MC
 from distlab.collectives import ALGORITHMS
 
 CLUSTER = M.Link(alpha=5e-6, beta=1e-9, gamma=2e-10, lanes=None)    # one link per rank
@@ -101,20 +102,20 @@ def test_bad_requests_are_refused():
     with pytest.raises(ValueError, match="unknown algorithm"):
         M.predict_time("star", 4, 10, CLUSTER)
     with pytest.raises(ValueError, match="at least 2 ranks"):
-        distlab.launch(M.measure, 1)
+        distlab.launch(MC.measure, 1)
     with pytest.raises(ValueError, match="sizes must be positive"):
-        distlab.launch(M.measure, 2, sizes=(0,))
+        distlab.launch(MC.measure, 2, sizes=(0,))
     with pytest.raises(ValueError, match="unknown algorithm"):
-        distlab.launch(M.measure, 2, algorithms=("ring", "star"))
+        distlab.launch(MC.measure, 2, algorithms=("ring", "star"))
 
 
 def test_a_real_measurement_fits_a_link_and_times_every_algorithm():
     sizes = (1_000, 20_000)
-    rec = distlab.launch(M.measure, 2, progress="none", sizes=sizes, repeats=3,
+    rec = distlab.launch(MC.measure, 2, progress="none", sizes=sizes, repeats=3,
                          ping_pong_bytes=(8, 8_000, 80_000, 800_000))
     assert rec[0]["times"] == rec[1]["times"]                  # the slowest rank's time, on both
     r = rec[0]
-    assert r["world_size"] == 2 and set(r["times"]) == {*ALGORITHMS, M.BASELINE}
+    assert r["world_size"] == 2 and set(r["times"]) == {*ALGORITHMS, MC.BASELINE}
     for name, by_size in r["times"].items():
         assert list(by_size) == list(sizes) and all(len(t) == 3 and min(t) > 0 for t in by_size.values())
     link = M.fit_link(r["ping_pong"], r["add"])

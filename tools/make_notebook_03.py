@@ -32,9 +32,9 @@ import inspect
 from IPython.display import Image
 
 import distlab
-from distlab import collectives, cost_model
+from distlab import collective_runs, collectives, cost_model, measure_costs
 from distlab.data_parallel import train, train_single
-from distlab.widgets import collectives as pictures
+from distlab.widgets import collectives as pictures, costs
 """),
     md("""
 ## 1. The ring, in 25 lines
@@ -59,8 +59,8 @@ The next cell starts 4 worker processes; each runs all four algorithms once and 
 every message it received (from whom, which chunk, how many bytes, the numbers).
 """),
     code("""
-records = distlab.launch(collectives.trace, world_size=4, numel=8)
-traces = collectives.merge_traces(records)
+records = distlab.launch(collective_runs.trace, world_size=4, numel=8)
+traces = collective_runs.merge_traces(records)
 """, ignore=True),
     md("""
 Every algorithm must give what `dist.all_reduce` gives, on every rank:
@@ -144,14 +144,14 @@ floats, and which for 1,000,000? (Hint: count the steps in a row, and the bytes 
 Write it down.
 """),
     code("""
-measured = distlab.launch(cost_model.measure, world_size=2, sizes=(1_000, 100_000, 1_000_000),
+measured = distlab.launch(measure_costs.measure, world_size=2, sizes=(1_000, 100_000, 1_000_000),
                           repeats=5, ping_pong_bytes=(8, 8_000, 80_000, 800_000, 4_000_000),
                           ping_pong_repeats=10)[0]
 link = cost_model.fit_link(measured["ping_pong"], measured["add"])
 print(link)
 """, ignore=True),
     code("""
-for row in cost_model.compare(measured, link):
+for row in measure_costs.compare(measured, link):
     line = f"{row['algorithm']:17} {row['numel']:>9,} floats: measured {row['measured'] * 1e3:7.2f} ms"
     if "predicted" in row:
         line += f", model {row['predicted'] * 1e3:7.2f} ms (model/measured {row['ratio']:.2f})"
@@ -175,7 +175,7 @@ Explore the model below: change N, the tensor size, and switch the hardware from
 machine" to "a cluster". Marks are the measurements above.
 """),
     code("""
-pictures.cost_explorer(link, [measured], world_size=2, numel=1_000_000)
+costs.cost_explorer(link, [measured], world_size=2, numel=1_000_000)
 """, ignore=True),
     md("""
 **Exercise.** On a cluster of 16 ranks (each with its own link, α = 5 µs, 1/β = 10 GB/s),

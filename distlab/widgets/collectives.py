@@ -8,8 +8,8 @@ Introduced in ``notebooks/03_combining_gradients.ipynb``.
   held (recorded on the rank).  Arrows are that step's messages, labelled with the chunk
   and the bytes.  The ring shows its chunks filling in; the parameter server its fan-in
   and fan-out.
-- ``cost_explorer(link, measurements)``: bytes per rank, time against tensor size and
-  time against N for each algorithm, from the alpha-beta model, with measured times on top.
+- ``traffic_figure(traces)``: the bytes each rank really sent, per algorithm.
+  (The cost model's pictures are in ``widgets/costs.py``.)
 
 Each view is a live widget *and*, for viewers without a widget manager (nbval, GitHub,
 nbviewer), a PNG plus a plain-text account.  Like every widget in distlab, this module only
@@ -27,13 +27,14 @@ from matplotlib.collections import PatchCollection
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from .. import cost_model as M
+from ..measure_costs import BASELINE
 from ..collectives import ALGORITHMS, PHASE_ORDER, bytes_sent
 
 # Okabe & Ito's palette: distinct for the common colour-vision deficiencies.
 RANK_COLOURS = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
 ALGORITHM_STYLE = {"naive": ("#D55E00", "s", ":"), "parameter_server": ("#CC79A7", "^", "--"),
                    "ring": ("#0072B2", "o", "-"), "tree": ("#009E73", "D", "-."),
-                   M.BASELINE: ("#000000", "x", "")}
+                   BASELINE: ("#000000", "x", "")}
 EXPLAIN = {"reduce": "partial sums travel towards rank 0 and are added",
            "push": "every worker pushes its whole tensor to the server (rank 0), which adds them",
            "reduce-scatter": "each rank adds the chunk it receives into its own",
@@ -261,90 +262,3 @@ def traffic_figure(traces: dict) -> Figure:
     ax.set_title(f"what each rank sent in the real runs ({n_ranks} ranks)", fontsize=10)
     ax.legend(fontsize=8, frameon=False, loc="upper right")
     return fig
-
-
-def cost_figure(link, world_size: int, numel: int, measurements=(), max_world: int = 64) -> Figure:
-    """Lesson 03: bytes and time of each algorithm, from the model, with measured times on top.
-
-    Left: the busiest rank's traffic against N.  Middle: time against tensor size on
-    ``world_size`` ranks (markers: ``measurements`` made on that many ranks, best repetition).
-    Right: time against N for a tensor of ``numel`` floats.
-    """
-    fig = Figure(figsize=(9.5, 3.2), layout="constrained")
-    ax_bytes, ax_size, ax_world = fig.subplots(1, 3)
-    worlds = list(range(2, max_world + 1))
-    sizes = [int(10 ** (e / 4)) for e in range(8, 33)]          # 100 .. 1e8 floats
-    for name in ALGORITHMS:
-        colour, marker, line = ALGORITHM_STYLE[name]
-        style = dict(color=colour, lw=3.5 if name == "naive" else 1.6)   # naive under the server
-        ax_bytes.plot(worlds, [max(M.bytes_per_rank(name, w, numel)) / (4 * numel) for w in worlds],
-                      line, label=name.replace("_", " "), **style)
-        ax_size.plot(sizes, [M.predict_time(name, world_size, s, link) for s in sizes], line, **style)
-        ax_world.plot(worlds, [M.predict_time(name, w, numel, link) for w in worlds], line, **style)
-    for m in measurements:
-        if m["world_size"] != world_size:
-            continue
-        for name, by_size in m["times"].items():
-            colour, marker, _ = ALGORITHM_STYLE[name]
-            ax_size.scatter(list(by_size), [M.best(t) for t in by_size.values()], marker=marker,
-                            color=colour, s=28, zorder=3,
-                            label="dist.all_reduce (gloo)" if name == M.BASELINE else None)
-    ax_bytes.set(xlabel="ranks N", ylabel="busiest rank sends / tensor size", yscale="log",
-                 title="traffic of the busiest rank")
-    ax_size.set(xscale="log", yscale="log", xlabel="tensor size (floats)", ylabel="seconds",
-                title=f"time on {world_size} ranks (lines: model, marks: measured)")
-    ax_world.set(xlabel="ranks N", ylabel="seconds", yscale="log",
-                 title=f"time for {numel:.0e} floats".replace("e+0", "e"))
-    for ax in (ax_bytes, ax_size, ax_world):
-        ax.title.set_fontsize(9)
-        ax.grid(alpha=0.3)
-    fig.legend(loc="outside lower center", ncol=5, fontsize=8, frameon=False)
-    where = "a cluster, one link per rank" if link.lanes is None else "this machine"
-    fig.suptitle(f"alpha-beta model for {where}: {link}", fontsize=9)
-    return fig
-
-
-class CostExplorer:
-    """Sliders for N and tensor size, a choice of hardware; the three cost pictures below."""
-
-    def __init__(self, link, measurements=(), world_size: int = 4, numel: int = 1_000_000):
-        import dataclasses
-
-        import ipywidgets as W
-
-        self.machine, self.measurements = link, list(measurements)
-        self.cluster = dataclasses.replace(link, lanes=None)
-        self.world = W.IntSlider(value=world_size, min=2, max=64, description="ranks N",
-                                 continuous_update=False)
-        self.numel = W.IntSlider(value=round(math.log10(numel)), min=2, max=8, description="10^ floats",
-                                 continuous_update=False)
-        self.hardware = W.ToggleButtons(options=["this machine", "a cluster"], description="hardware")
-        self.image = W.Image(format="png", value=self.png())
-        for control in (self.world, self.numel, self.hardware):
-            control.observe(lambda _: setattr(self.image, "value", self.png()), names="value")
-        self.box = W.VBox([W.HBox([self.world, self.numel]), self.hardware, self.image])
-
-    @property
-    def link(self):
-        return self.machine if self.hardware.value == "this machine" else self.cluster
-
-    def png(self) -> bytes:
-        return figure_png(cost_figure(self.link, self.world.value, 10 ** self.numel.value, self.measurements))
-
-    def __repr__(self) -> str:
-        n, numel = self.world.value, 10 ** self.numel.value
-        lines = [f"predicted all-reduce of {numel:.0e} floats on {n} ranks ({self.hardware.value}):"]
-        lines += [f"  {a:<17} {M.predict_time(a, n, numel, self.link) * 1e3:9.2f} ms, busiest rank sends "
-                  f"{max(M.bytes_per_rank(a, n, numel)) / (4 * numel):.2f} x the tensor" for a in ALGORITHMS]
-        return "\n".join(lines)
-
-    def _repr_mimebundle_(self, **kwargs):
-        data = self.box._repr_mimebundle_(**kwargs)
-        data["text/plain"] = repr(self)
-        data["image/png"] = base64.b64encode(self.image.value).decode()
-        return data
-
-
-def cost_explorer(link, measurements=(), world_size: int = 4, numel: int = 1_000_000) -> CostExplorer:
-    """Lesson 03: explore the model (``link`` from ``cost_model.fit_link``) against measurements."""
-    return CostExplorer(link, measurements, world_size, numel)
