@@ -13,8 +13,10 @@ measures by how much and why:
    Warm-up steps are skipped: the first steps pay for memory allocation and caches.
 2. ``run_scaling`` launches it for N = 1, 2, ... and returns plain rows, one per
    configuration, world size and thread count.
-3. ``speedups`` compares them; ``fit_amdahl`` and ``fit_alpha_beta`` explain them;
-4. ``large_batch_study`` shows what the larger global batch does to accuracy.
+3. ``speedups`` compares them; ``fit_amdahl`` and ``fit_alpha_beta`` explain them.
+
+What the larger global batch does to accuracy (the other half of the lesson) is in
+``distlab.large_batch``: it trains in one process and times nothing.
 
 Why compute per byte decides everything: every step, each rank computes on its own
 ``B`` samples (work that shrinks as ranks are added) but sends its *whole* gradient (work
@@ -27,7 +29,6 @@ import os
 import statistics
 import time
 import warnings
-from contextlib import contextmanager
 
 import torch
 
@@ -85,17 +86,6 @@ def compute_per_byte(model: str, width: int, batch_size: int, dtype: str = "floa
 # ---------------------------------------------------------------------------------------------
 # Measuring: a training function run on every rank
 # ---------------------------------------------------------------------------------------------
-@contextmanager
-def intra_op_threads(n: int):
-    """Run a block with ``n`` intra-op threads, then restore the previous number."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def check_configs(world_size: int, configs, *, steps: int = 12, skip: int = 2,
                   method: str = "by_hand", dtype: str = "float32", **_) -> None:
     """Fail before any process starts: every configuration must be a valid training job."""
@@ -337,41 +327,3 @@ def predicted_speedup(one: dict, world_size: int, alpha: float, beta: float) -> 
     """Samples/s at ``world_size`` ranks over one rank, as ``predict_step_seconds`` sees it."""
     samples = 1 if one["scaling"] == "strong" else world_size
     return samples * one["step_s"] / predict_step_seconds(one, world_size, alpha, beta)
-
-
-# ---------------------------------------------------------------------------------------------
-# Large batches: what more ranks do to the optimisation, not the clock
-# ---------------------------------------------------------------------------------------------
-def large_batch_study(world_sizes=(1, 2, 4, 8), *, batch_size: int = 8, epochs: int = 2,
-                      lr: float = 0.1, warmup_epochs: float = 0.5, model: str = "mlp",
-                      width: int = 64, seeds=(0, 1)) -> list[dict]:
-    """Lesson 05: test accuracy after a fixed number of epochs, for N ranks of ``batch_size``.
-
-    N ranks take the steps of one process at batch N*B (lesson 01), so this runs
-    ``train_single`` in this process.  A fixed number of epochs means N times fewer
-    steps; three rules for the learning rate: keep it (``"same lr"``), multiply it by N
-    (``"linear scaling"``), or multiply it by N and warm up to it from lr over
-    ``warmup_epochs`` (``"linear + warm-up"``).  Mean over ``seeds``.
-    """
-    from .data import load_digits, steps_per_epoch
-    from .data_parallel import train_single
-
-    n = load_digits().n_train
-    rows = []
-    with intra_op_threads(1):         # tiny steps: a second thread costs more than it gives
-        for world in world_sizes:
-            per_epoch = steps_per_epoch(n, world, batch_size)
-            rules = [("same lr", lr, 0), ("linear scaling", lr * world, 0),
-                     ("linear + warm-up", lr * world, max(1, round(warmup_epochs * per_epoch)))]
-            for rule, rate, warm in rules:
-                if world == 1 and rule != "same lr":      # at N = 1 the rules are the same run
-                    rows.append(dict(rows[-1], rule=rule))
-                    continue
-                accs = [train_single(world_size=world, batch_size=batch_size, lr=rate,
-                                     steps=epochs * per_epoch, warmup_steps=warm, model=model,
-                                     width=width, seed=s, record_grads_at=()).test_accuracy
-                        for s in seeds]
-                rows.append(dict(world_size=world, rule=rule, lr=rate, warmup_steps=warm, epochs=epochs,
-                                 steps=epochs * per_epoch, global_batch_size=world * batch_size,
-                                 accuracy=sum(accs) / len(accs)))
-    return rows

@@ -11,7 +11,7 @@ import torch
 
 import distlab
 from distlab import data_parallel as dp
-from distlab import scaling
+from distlab import large_batch, scaling
 from distlab.widgets import speedup as sw
 
 
@@ -138,7 +138,7 @@ def test_warmup_changes_training_and_ranks_match_one_process():
 
 
 def test_large_batch_study_rows():
-    rows = scaling.large_batch_study((1, 2), batch_size=32, epochs=1, lr=0.1, seeds=(0,))
+    rows = large_batch.large_batch_study((1, 2), batch_size=32, epochs=1, lr=0.1, seeds=(0,))
     assert [(r["world_size"], r["rule"]) for r in rows] == [
         (n, rule) for n in (1, 2) for rule in ("same lr", "linear scaling", "linear + warm-up")]
     one, two = rows[:3], rows[3:]

@@ -39,7 +39,7 @@ import warnings
 
 from IPython.display import Image, display
 
-from distlab import data_parallel, scaling
+from distlab import data_parallel, large_batch, scaling
 from distlab.widgets import speedup as pictures
 
 print(f"this machine has {os.cpu_count()} CPU cores")
@@ -220,7 +220,7 @@ an epoch (`data_parallel.warmup_lr`). Test accuracy after 2 epochs, mean of two 
 width 64, 8 samples per rank):
 """),
     code("""
-big = scaling.large_batch_study((1, 2, 4, 8), batch_size=8, epochs=2, lr=0.1, warmup_epochs=0.5, seeds=(0, 1))
+big = large_batch.large_batch_study((1, 2, 4, 8), batch_size=8, epochs=2, lr=0.1, warmup_epochs=0.5, seeds=(0, 1))
 acc = {(r["world_size"], r["rule"]): r["accuracy"] for r in big}
 for n in (1, 2, 4, 8):
     print(f"N = {n}: " + ", ".join(f"{rule} {acc[n, rule]:.2f}"

@@ -227,7 +227,10 @@ def speedup_table(rows) -> str:
 
 
 def large_batch_figure(rows):
-    """Lesson 05: test accuracy after a fixed number of epochs against N, one line per rule."""
+    """Lesson 05: test accuracy after a fixed number of epochs against N, one line per rule.
+
+    ``rows`` come from ``distlab.large_batch.large_batch_study``.
+    """
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(5.5, 3.2), layout="constrained")
