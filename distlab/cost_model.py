@@ -96,21 +96,25 @@ class Link:
 LARGE = 4_000_000   # bytes: measurements this large or larger fit the large-data lines
 
 
-def fit_line(x, y, *, clamp: bool = True) -> tuple[float, float]:
+def fit_line(x, y, *, relative: bool = True) -> tuple[float, float]:
     """Intercept and slope of ``y = a + b x``, fitted for *relative* error.
 
     Plain least squares would let the largest messages decide everything; weighting each
     point by 1/y makes a 10 us message count as much as a 10 ms one, so alpha comes from
     the small messages and beta from the big ones.  A time cannot start below zero, so the
-    intercept is clamped at 0 unless ``clamp=False`` (the large-message line, which only
-    holds to the right of its knee, may start below zero).
+    intercept is clamped at 0.
+
+    ``relative=False`` is for the large-data lines: plain least squares, so the biggest
+    messages (the ones whose milliseconds matter) decide, and no clamp: such a line only
+    holds to the right of its knee and may start below zero.
     """
     x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
     if len(x) < 2 or len(x) != len(y) or (y <= 0).any():
         raise ValueError("need at least two (size, positive time) pairs")
-    design = torch.stack([torch.ones_like(x), x], 1) / y[:, None]
-    coef = torch.linalg.lstsq(design, torch.ones_like(y)[:, None]).solution.flatten()
-    return (max(coef[0].item(), 0.0) if clamp else coef[0].item()), coef[1].item()
+    weight = 1 / y if relative else torch.ones_like(y)
+    design = torch.stack([torch.ones_like(x), x], 1) * weight[:, None]
+    coef = torch.linalg.lstsq(design, (y * weight)[:, None]).solution.flatten()
+    return (max(coef[0].item(), 0.0) if relative else coef[0].item()), coef[1].item()
 
 
 def fit_link(ping_pong: dict, add: dict | None = None) -> Link:
@@ -142,7 +146,7 @@ def _two_lines(sizes, seconds):
     small = [(b, t) for b, t in zip(sizes, seconds) if b < LARGE]
     if len(large) < 2 or len(small) < 2:
         return (*fit_line(sizes, seconds), None)
-    return (*fit_line(*zip(*small)), fit_line(*zip(*large), clamp=False))
+    return (*fit_line(*zip(*small)), fit_line(*zip(*large), relative=False))
 
 
 def chunk_sizes(numel: int, world_size: int) -> list[int]:
