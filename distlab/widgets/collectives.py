@@ -231,11 +231,11 @@ class AnimationView:
 
 
 def animation(trace: dict) -> AnimationView:
-    """Lesson 03: step through one algorithm's merged trace (``distlab.collectives.merge_traces``)."""
+    """Lesson 03: step through one algorithm's merged trace (``distlab.collective_runs.merge_traces``)."""
     if not trace["messages"] and trace["world_size"] > 1:
         raise ValueError("this trace has no messages: was it recorded with trace_values=True?")
     if any("after" not in m for m in trace["messages"]):
-        raise ValueError("the messages carry no values: record them with collectives.trace")
+        raise ValueError("the messages carry no values: record them with collective_runs.trace")
     return AnimationView(trace)
 
 
