@@ -150,6 +150,8 @@ def test_each_cpu_rank_gets_a_core_of_its_own_when_there_are_enough(backend):
     ranks than cores, or bind_cores=False, every rank may run anywhere."""
     mine = sorted(os.sched_getaffinity(0))
     assert len(mine) >= 2, "this test needs a machine with at least 2 cores"
+    from distlab.runtime import cpu_quota
+    assert cpu_quota() is None, "this test needs a machine without a CPU quota (not a Binder pod)"
     bound = distlab.launch(workers.cores, world_size=2, backend=backend, progress="none")
     assert [r["cores"] for r in bound] == [[mine[0]], [mine[1]]]
     assert [r["every_thread"] for r in bound] == [[(mine[0],)], [(mine[1],)]]
@@ -157,6 +159,25 @@ def test_each_cpu_rank_gets_a_core_of_its_own_when_there_are_enough(backend):
     assert [r["cores"] for r in free] == [mine, mine]
     crowded = distlab.launch(workers.cores, world_size=len(mine) + 1, backend=backend, progress="none")
     assert all(r["cores"] == mine for r in crowded)
+
+
+def test_a_cpu_quota_is_read_from_cgroup_v1_and_v2(tmp_path):
+    """A container with a CPU quota (Binder) shares its host's cores: ranks are not bound there."""
+    from distlab.runtime import cpu_quota
+
+    v2, v1 = tmp_path / "v2", tmp_path / "v1"
+    v2.mkdir()
+    (v1 / "cpu").mkdir(parents=True)
+    assert cpu_quota(str(v2)) is None                       # no cgroup files: no quota known
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert cpu_quota(str(v2)) is None
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    assert cpu_quota(str(v2)) == 1.5
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert cpu_quota(str(v1)) is None
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("200000\n")
+    assert cpu_quota(str(v1)) == 2.0
 
 
 def test_a_killed_notebook_kernel_takes_its_workers_with_it(tmp_path, pid_dir):
