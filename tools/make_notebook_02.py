@@ -196,7 +196,8 @@ they also change from run to run: run the cell twice before you conclude anythin
   thread, need the same core as the rank's own computation and wait for their turn. On a GPU
   machine the computation runs on the GPU and leaves the CPU to them;
 * `distlab.launch` gives each CPU rank a core of its own when there are enough
-  (`bind_cores=True`, the default; see `runtime.bind_to_cores`). Unbound, one rank's helper
+  (`bind_cores=True`, the default; see `runtime.bind_to_cores`), except in a container with
+  a CPU quota such as Binder, whose cores are shared with others. Unbound, one rank's helper
   threads wake up on the other rank's core and interrupt it. In one measurement here,
   binding took a Horovod step from 53 to 45 ms and a DDP step from 44 to 39 ms;
 * **start-up** costs several seconds on both: starting Python and PyTorch in every process
