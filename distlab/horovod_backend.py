@@ -37,6 +37,8 @@ import pickle
 import re
 import sys
 
+from .launch import _Subprocess
+
 LOOPBACK = "lo"   # keep every rank's traffic on this machine's loopback interface
 
 
@@ -113,26 +115,14 @@ def run_rank(run_dir: str) -> dict:
     return {"rank": rank, "pid": os.getpid(), "record": os.path.join(run_dir, f"record_{rank}.pt")}
 
 
-class HorovodJob:
-    """The driver process of a Horovod job, as ``distlab.launch`` sees it: like torchrun's."""
+class HorovodJob(_Subprocess):
+    """The driver process of a Horovod job, as ``distlab.launch`` sees it: like torchrun's,
+    plus reading which rank failed from Horovod's log and stopping ranks outside its group."""
 
     def __init__(self, world_size: int, env: dict, run_dir: str):
-        from .launch import _Subprocess   # here, not at the top: the driver program needs none of it
-
         # By path, so that the driver imports neither distlab nor torch (see horovod_driver.py).
         driver = os.path.join(os.path.dirname(os.path.abspath(__file__)), "horovod_driver.py")
-        cmd = [sys.executable, driver, str(world_size), run_dir]
-        self.driver = _Subprocess(cmd, env, run_dir)
-
-    def poll(self):
-        return self.driver.poll()
-
-    @property
-    def returncode(self):
-        return self.driver.returncode
-
-    def log(self) -> str:
-        return self.driver.log()
+        super().__init__([sys.executable, driver, str(world_size), run_dir], env, run_dir)
 
     def exit_codes(self) -> dict[int, int]:
         """{rank: exit code} of the ranks that failed, read from Horovod's log lines.
@@ -156,10 +146,10 @@ class HorovodJob:
         import psutil
 
         try:
-            family = psutil.Process(self.driver.popen.pid).children(recursive=True)
+            family = psutil.Process(self.popen.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             family = []
-        self.driver.terminate(grace)
+        super().terminate(grace)
         alive = []
         for p in family:
             try:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-LOOPBACK = "lo"   # keep every rank's traffic on this machine's loopback interface
+LOOPBACK = "lo"   # loopback only, as horovod_backend.LOOPBACK (this file imports no distlab)
 
 
 def run_rank(run_dir: str) -> dict:

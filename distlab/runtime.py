@@ -67,6 +67,7 @@ class Worker:
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int         # ranks of this job on this machine
     backend: str                  # "torchrun" or "horovod"
     device: torch.device
     timeout: float = DEFAULT_TIMEOUT
@@ -224,11 +225,6 @@ def cpu_quota(cgroup: str = "/sys/fs/cgroup") -> float | None:
     return None if quota < 0 else quota / period
 
 
-def local_world_size() -> int:
-    """How many ranks of this job run on this machine (torchrun and Horovod both say)."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("HOROVOD_LOCAL_SIZE", "1")))
-
-
 def start_worker(backend: str, device: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                  run_dir: str | None = None) -> Worker:
     """Join the job: called once at the start of every worker process.
@@ -244,8 +240,8 @@ def start_worker(backend: str, device: str = "auto", timeout: float = DEFAULT_TI
         if dev == "cuda":
             torch.cuda.set_device(local_rank)
         dist.init_process_group(comm_library(dev), timeout=timedelta(seconds=timeout))
-        return Worker(rank, world, local_rank, backend, _torch_device(dev, local_rank),
-                      timeout, run_dir)
+        return Worker(rank, world, local_rank, local_world, backend,
+                      _torch_device(dev, local_rank), timeout, run_dir)
     if backend == "horovod":
         import horovod.torch as hvd
         # Horovod reads Gloo's time limit (for connecting, and for each transfer) from the
@@ -255,7 +251,7 @@ def start_worker(backend: str, device: str = "auto", timeout: float = DEFAULT_TI
         dev = choose_device(device, hvd.local_size())
         if dev == "cuda":
             torch.cuda.set_device(hvd.local_rank())
-        return Worker(hvd.rank(), hvd.size(), hvd.local_rank(), backend,
+        return Worker(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), backend,
                       _torch_device(dev, hvd.local_rank()), timeout, run_dir, _hvd=hvd)
     raise ValueError(f"unknown backend {backend!r}; choose 'torchrun' or 'horovod'")
 

@@ -36,7 +36,7 @@ def run_job(run_dir: str, backend: str):
     """Run this process's part of the job in ``run_dir``; return the record."""
     import torch
 
-    from .runtime import bind_to_cores, local_world_size, start_worker, stop_worker
+    from .runtime import bind_to_cores, start_worker, stop_worker
 
     with open(os.path.join(run_dir, "job.pkl"), "rb") as f:
         job = pickle.load(f)
@@ -48,7 +48,7 @@ def run_job(run_dir: str, backend: str):
     try:
         worker = start_worker(backend, job["device"], job["timeout"], run_dir)
         if job.get("bind_cores", True) and worker.device.type == "cpu":
-            bind_to_cores(worker.local_rank, local_world_size(), job["threads"])
+            bind_to_cores(worker.local_rank, worker.local_world_size, job["threads"])
         record = job["fn"](worker, **job["kwargs"])
         save_atomically(record, os.path.join(run_dir, f"record_{worker.rank}.pt"))
         return record
