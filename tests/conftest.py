@@ -21,6 +21,11 @@ def alive(pids):
     return out
 
 
+def children():
+    """The pids of every process this test process started, however deep."""
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
 def read_pids(pid_dir):
     return [int(open(os.path.join(pid_dir, f)).read()) for f in os.listdir(pid_dir) if f.endswith(".pid")]
 
