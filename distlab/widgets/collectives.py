@@ -187,7 +187,7 @@ def frame_figure(trace: dict, index: int) -> Figure:
 def storyboard_figure(trace: dict, columns: int = 2) -> Figure:
     """Lesson 03: every frame of the animation at once (the static picture)."""
     all_frames = frames(trace)
-    n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
+    n_ranks = trace["world_size"]
     rows = math.ceil(len(all_frames) / columns)
     fig = Figure(figsize=(9.5, rows * (0.75 + 0.42 * n_ranks)), layout="constrained")
     for k, frame in enumerate(all_frames):
