@@ -24,7 +24,7 @@ import statistics
 import time
 
 import distlab
-from distlab import data_parallel as dp
+from distlab.parallel import data_parallel as dp
 
 WORLD_SIZE = 2
 # A step with enough computation for distributing to be worth it on 2 cores (lesson 05's

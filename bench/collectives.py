@@ -23,8 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import distlab  # noqa: E402
-from distlab import cost_model, measure_costs  # noqa: E402
-from distlab.collectives import ALGORITHMS  # noqa: E402
+from distlab.comm import cost_model, measure_costs  # noqa: E402
+from distlab.comm.collectives import ALGORITHMS  # noqa: E402
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 GOAL_SIZES = (1_000_000, 10_000_000)

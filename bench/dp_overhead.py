@@ -15,8 +15,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import distlab                       # noqa: E402
-from distlab import data_parallel as dp  # noqa: E402
-from distlab.launch import free_port  # noqa: E402
+from distlab.parallel import data_parallel as dp  # noqa: E402
+from distlab.processes.checks import free_port  # noqa: E402
 
 WORLD, WIDTH, BATCH, STEPS, ROUNDS = 2, 256, 32, 1500, 6
 

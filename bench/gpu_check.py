@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 import torch  # noqa: E402
 
 import distlab  # noqa: E402
-from distlab import data_parallel as dp  # noqa: E402
-from distlab import scaling  # noqa: E402
+from distlab.parallel import data_parallel as dp  # noqa: E402
+from distlab.measure import scaling, speedup  # noqa: E402
 
 CONFIGS = [dict(model="mlp", width=1024, global_batch_size=896),
            dict(model="mlp", width=4096, global_batch_size=1436),
@@ -60,14 +60,14 @@ def main(device: str) -> int:
                                device == "cuda" else 2, repeats=2, device=device)
     cpu = scaling.run_scaling(CONFIGS[:1], (1,), single_threads=(1,), steps=6, skip=2, device="cpu")
     print(f"CPU 1 process x 1 thread, {label(cpu[0])}: {cpu[0]['samples_per_s']:.0f} samples/s")
-    for r in scaling.speedups(rows):
+    for r in speedup.speedups(rows):
         print(f"{label(r):>30}: {r['world_size']} {device} rank(s) {r['samples_per_s']:9.0f} samples/s, "
               f"speedup over 1 rank {r['speedup']:.2f}, efficiency {r['efficiency']:.0%}")
-    same = [r for r in scaling.speedups(rows) if scaling.config_key(r) == scaling.config_key(cpu[0])]
+    same = [r for r in speedup.speedups(rows) if speedup.config_key(r) == speedup.config_key(cpu[0])]
     print(f"REPORT gpu_vs_cpu_1x1 {same[0]['samples_per_s'] / cpu[0]['samples_per_s']:.1f} "
           f"({label(cpu[0])}, 1 {device} rank vs 1 CPU process x 1 thread)")
     if n > 1:
-        top = max((r for r in scaling.speedups(rows) if r["world_size"] == n), key=lambda r: r["speedup"])
+        top = max((r for r in speedup.speedups(rows) if r["world_size"] == n), key=lambda r: r["speedup"])
         print(f"REPORT best_speedup_{n}_{device}_ranks {top['speedup']:.2f} ({label(top)})")
 
     kw = dict(model="mlp", width=256, batch_size=32, steps=20, lr=0.1, record_grads_at=())

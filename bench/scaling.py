@@ -33,10 +33,10 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from distlab import scaling  # noqa: E402
-from distlab.launch import WorkerError  # noqa: E402
+from distlab.measure import scaling, speedup  # noqa: E402
+from distlab import WorkerError  # noqa: E402
 
-BEST, PROBE, WORST = scaling.REGIMES["best"], scaling.REGIMES["probe"], scaling.REGIMES["worst"]
+BEST, PROBE, WORST = speedup.REGIMES["best"], speedup.REGIMES["probe"], speedup.REGIMES["worst"]
 ROUNDS, STEPS, SKIP, REPEATS = 3, 10, 2, 2
 METHOD = "ddp"   # or "by_hand", from the command line
 GRID = ([dict(model="mlp", width=w, global_batch_size=b) for w, b in
@@ -61,7 +61,7 @@ def measured(configs, n: int) -> list[dict]:
 def speedups_by_config(rows) -> dict:
     """{config name: (2x1 over 1x1, 2x1 over 1x2, comm/compute at 2 ranks)} from one round."""
     out = {}
-    for r in scaling.speedups(rows):
+    for r in speedup.speedups(rows):
         if r["world_size"] == 2:
             out[name(r)] = (r["speedup"], r["vs_all_cores"], r["comm_to_compute"])
     return out
@@ -85,7 +85,7 @@ def bench() -> None:
         split = f"(comm+wait)/compute {ratio:.2f}" if ratio == ratio else "comm hidden in backward (DDP)"
         print(f"{name(cfg):>14}: 2 ranks x 1 thread = {s:.2f}x 1 process x 1 thread, "
               f"{s2:.2f}x 1 process x 2 threads; {split}; FLOPs/byte "
-              f"{scaling.compute_per_byte(cfg['model'], cfg['width'], cfg['global_batch_size'] // 2):.0f}")
+              f"{speedup.compute_per_byte(cfg['model'], cfg['width'], cfg['global_batch_size'] // 2):.0f}")
     best = med[name(BEST)]
     print(f"REPORT speedup_2x1_vs_1x2 {best[1]:.2f} (config {name(BEST)}; one process using both "
           "cores, no all-reduce)")

@@ -38,6 +38,7 @@ def cnn(width: int = 16, side: int = 8, classes: int = 10) -> nn.Sequential:
 
 
 MODELS = {"mlp": mlp, "cnn": cnn}
+DTYPES = {"float32": torch.float32, "float64": torch.float64}   # the precisions a model is built in
 
 
 def build_model(name: str = "mlp", width: int = 64, *, seed: int = 0, side: int = 8,

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import distlab
-from distlab import collective_runs as R
-from distlab import collectives as C
-from distlab import cost_model as M
-from distlab import data_parallel as dp
+from distlab.comm import collective_runs as R
+from distlab.comm import collectives as C
+from distlab.models import DTYPES
+from distlab.comm import cost_model as M
+from distlab.parallel import data_parallel as dp
 
 WORLD_SIZES = (2, 3, 4, 5)
 TOLERANCE = {"float32": dict(rtol=1e-6, atol=1e-6), "float64": dict(rtol=1e-14, atol=1e-14)}
@@ -70,7 +71,7 @@ def test_every_algorithm_equals_dist_all_reduce(run):
         for rank, rec in enumerate(records):
             got = rec["compare"][i]
             assert got["result"].shape == got["expected"].shape == case["shape"]
-            assert got["result"].dtype == C.DTYPES[case["dtype"]]
+            assert got["result"].dtype == DTYPES[case["dtype"]]
             torch.testing.assert_close(got["result"], got["expected"], **TOLERANCE[case["dtype"]],
                                        msg=lambda m: f"{case['algorithm']} {case['op']} {case['dtype']} "
                                                      f"{case['shape']} on rank {rank} of {n}: {m}")
@@ -89,7 +90,7 @@ def test_message_logs_are_the_cost_models_schedule(run):
     """Every message a rank received is one the model plans, with the same bytes, and no other."""
     n, records = run
     for i, case in enumerate(records[0]["compare"]):
-        merged = C.merge_logs([rec["compare"][i]["log"] for rec in records])
+        merged = M.merge_logs([rec["compare"][i]["log"] for rec in records])
         numel = torch.Size(case["shape"]).numel()
         itemsize = 4 if case["dtype"] == "float32" else 8
         plan = M.schedule(case["algorithm"], n, numel, itemsize)
@@ -97,18 +98,18 @@ def test_message_logs_are_the_cost_models_schedule(run):
                           for s in plan for m in s["messages"])
         logged = Counter((m["phase"], m["step"], m["src"], m["dst"], m["chunk"], m["bytes"]) for m in merged)
         assert logged == planned, (case["algorithm"], n, numel)
-        assert C.bytes_sent(merged, n) == M.bytes_per_rank(case["algorithm"], n, numel, itemsize)
+        assert M.bytes_sent(merged, n) == M.bytes_per_rank(case["algorithm"], n, numel, itemsize)
 
 
 def test_ring_sends_about_twice_the_tensor_per_rank_and_the_server_n_minus_1_times(run):
     n, records = run
     case = next(i for i, c in enumerate(records[0]["compare"])
                 if c["algorithm"] == "ring" and c["shape"] == (4 * n,) and c["dtype"] == "float32")
-    sent = C.bytes_sent(C.merge_logs([r["compare"][case]["log"] for r in records]), n)
+    sent = M.bytes_sent(M.merge_logs([r["compare"][case]["log"] for r in records]), n)
     assert sent == [2 * (n - 1) * 4 * 4] * n            # 2(N-1) chunks of 4 floats each
     case = next(i for i, c in enumerate(records[0]["compare"])
                 if c["algorithm"] == "parameter_server" and c["shape"] == (4 * n,))
-    sent = C.bytes_sent(C.merge_logs([r["compare"][case]["log"] for r in records]), n)
+    sent = M.bytes_sent(M.merge_logs([r["compare"][case]["log"] for r in records]), n)
     assert sent == [(n - 1) * 4 * n * 4] + [4 * n * 4] * (n - 1)
 
 
@@ -166,9 +167,9 @@ def test_bad_arguments_are_refused_before_start():
     with pytest.raises(ValueError, match="numel must be 1..9"):
         distlab.launch(R.trace, 2, numel=20)
     with pytest.raises(ValueError, match="unknown collective 'star'"):
-        dp.validate_args(2, collective="star", batch_size=8)
+        distlab.bind_arguments(dp.train, 2, dict(collective="star", batch_size=8))
     with pytest.raises(ValueError, match="method='by_hand'"):
-        dp.validate_args(2, method="ddp", collective="ring", batch_size=8)
+        distlab.bind_arguments(dp.train, 2, dict(method="ddp", collective="ring", batch_size=8))
     with pytest.raises(ValueError, match="unknown algorithm"):
         C.all_reduce(torch.ones(3), algorithm="star")
     with pytest.raises(ValueError, match="op must be"):

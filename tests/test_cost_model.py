@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import distlab
-from distlab import cost_model as M
-from distlab import measure_costs as MC
-from distlab.collectives import ALGORITHMS
+from distlab.comm import cost_model as M
+from distlab.comm import measure_costs as MC
+from distlab.comm.collectives import ALGORITHMS
 
 CLUSTER = M.Link(alpha=5e-6, beta=1e-9, gamma=2e-10, lanes=None)    # one link per rank
 ONE_LANE = M.Link(alpha=5e-6, beta=1e-9, gamma=2e-10, lanes=1)

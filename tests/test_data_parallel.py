@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import distlab
-from distlab import data_parallel as dp
+from distlab.parallel import data_parallel as dp
 from distlab.data import load_digits
 
 STEPS = 60   # > one epoch for N=4, B=8: crosses an epoch boundary and a reshuffle

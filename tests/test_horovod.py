@@ -15,9 +15,9 @@ import distlab
 import horovod_workers
 import workers
 from conftest import ROOT, alive, children, launch_forever_in_subprocess, read_pids
-from distlab import data_parallel as dp
+from distlab.parallel import data_parallel as dp
 from distlab import doctor
-from distlab.horovod_backend import horovodrun_command, train_both_methods
+from distlab.processes.horovod_backend import horovodrun_command
 
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 STEPS = 50   # > one epoch (45 steps) for N=4, B=8: crosses an epoch boundary and a reshuffle
@@ -85,7 +85,7 @@ def test_every_rank_runs_every_collective_and_returns_its_record(pid_dir, capsys
 def test_horovod_equals_torchrun_and_one_big_batch(n):
     """Same seed: N Horovod ranks, N torchrun ranks and one process at batch N*B agree to 1e-6."""
     ref = dp.train_single(world_size=n, **CONFIG)
-    on = {backend: distlab.launch(train_both_methods, world_size=n, backend=backend,
+    on = {backend: distlab.launch(dp.train_both_methods, world_size=n, backend=backend,
                                   progress="none", **CONFIG)
           for backend in ("horovod", "torchrun")}
     for method in ("by_hand", "ddp"):
@@ -111,7 +111,7 @@ def test_horovodrun_in_a_terminal_runs_the_same_training(tmp_path):
     cmd = horovodrun_command(2, run_dir)
     assert cmd[:6] == ["horovodrun", "-np", "2", "--gloo", "-H", "localhost:2"]
     cmd[0] = HOROVODRUN
-    cmd += ["distlab.data_parallel:train", "method=ddp", "record_grads_at=()"]
+    cmd += ["distlab.parallel.data_parallel:train", "method=ddp", "record_grads_at=()"]
     cmd += [f"{k}={v}" for k, v in CONFIG.items() if k != "record_grads_at"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -8,7 +8,7 @@ import pytest
 
 import distlab
 from conftest import alive, children, launch_forever_in_subprocess, read_pids
-from distlab import data_parallel as dp
+from distlab.parallel import data_parallel as dp
 import workers
 
 
@@ -154,7 +154,7 @@ def test_each_cpu_rank_gets_a_core_of_its_own_when_there_are_enough(backend):
     ranks than cores, or bind_cores=False, every rank may run anywhere."""
     mine = sorted(os.sched_getaffinity(0))
     assert len(mine) >= 2, "this test needs a machine with at least 2 cores"
-    from distlab.runtime import cpu_quota
+    from distlab.processes.cores import cpu_quota
     assert cpu_quota() is None, "this test needs a machine without a CPU quota (not a Binder pod)"
     bound = distlab.launch(workers.cores, world_size=2, backend=backend, progress="none")
     assert [r["cores"] for r in bound] == [[mine[0]], [mine[1]]]
@@ -167,7 +167,7 @@ def test_each_cpu_rank_gets_a_core_of_its_own_when_there_are_enough(backend):
 
 def test_a_cpu_quota_is_read_from_cgroup_v1_and_v2(tmp_path):
     """A container with a CPU quota (Binder) shares its host's cores: ranks are not bound there."""
-    from distlab.runtime import cpu_quota
+    from distlab.processes.cores import cpu_quota
 
     v2, v1 = tmp_path / "v2", tmp_path / "v1"
     v2.mkdir()

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import distlab
-from distlab import data_parallel as dp
-from distlab import large_batch, scaling
+from distlab.parallel import data_parallel as dp
+from distlab.measure import large_batch, scaling, speedup
 from distlab.widgets import speedup as sw
 
 
@@ -20,14 +20,14 @@ from distlab.widgets import speedup as sw
 # ---------------------------------------------------------------------------------------------
 def test_flops_and_bytes_follow_the_layers():
     w = 32
-    assert scaling.flops_per_sample("mlp", w) == 2 * (64 * w + w * w + w * 10)
+    assert speedup.flops_per_sample("mlp", w) == 2 * (64 * w + w * w + w * 10)
     # conv1: 1->w, conv2: w->2w, both 3x3 on 8x8; then a linear layer on the pooled 4x4 maps
-    assert scaling.flops_per_sample("cnn", w) == 2 * (9 * w * 64 + 9 * w * 2 * w * 64 + 2 * w * 16 * 10)
+    assert speedup.flops_per_sample("cnn", w) == 2 * (9 * w * 64 + 9 * w * 2 * w * 64 + 2 * w * 16 * 10)
     params = (64 * w + w) + (w * w + w) + (w * 10 + 10)
-    assert scaling.gradient_bytes("mlp", w) == 4 * params
-    assert scaling.gradient_bytes("mlp", w, "float64") == 8 * params
+    assert speedup.gradient_bytes("mlp", w) == 4 * params
+    assert speedup.gradient_bytes("mlp", w, "float64") == 8 * params
     # the CNN does far more work per byte of gradient than an MLP of similar compute
-    assert scaling.compute_per_byte("cnn", 32, 64) > 10 * scaling.compute_per_byte("mlp", 1024, 64)
+    assert speedup.compute_per_byte("cnn", 32, 64) > 10 * speedup.compute_per_byte("mlp", 1024, 64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -36,16 +36,16 @@ def test_flops_and_bytes_follow_the_layers():
 @pytest.mark.parametrize("serial", [0.0, 0.07, 0.25, 0.5])
 def test_fit_amdahl_recovers_a_known_serial_fraction(serial):
     ns = [1, 2, 3, 4, 8, 16]
-    measured = [scaling.amdahl_speedup(n, serial) for n in ns]
-    assert scaling.fit_amdahl(ns, measured) == pytest.approx(serial, abs=1e-12)
-    assert scaling.amdahl_speedup(1, serial) == pytest.approx(1.0)
+    measured = [speedup.amdahl_speedup(n, serial) for n in ns]
+    assert speedup.fit_amdahl(ns, measured) == pytest.approx(serial, abs=1e-12)
+    assert speedup.amdahl_speedup(1, serial) == pytest.approx(1.0)
     # one point with more than one worker is enough: Amdahl has one unknown
-    assert scaling.fit_amdahl([2], [scaling.amdahl_speedup(2, serial)]) == pytest.approx(serial)
+    assert speedup.fit_amdahl([2], [speedup.amdahl_speedup(2, serial)]) == pytest.approx(serial)
 
 
 def test_fit_amdahl_needs_more_than_one_worker():
     with pytest.raises(ValueError, match="more than one worker"):
-        scaling.fit_amdahl([1, 1], [1.0, 1.0])
+        speedup.fit_amdahl([1, 1], [1.0, 1.0])
 
 
 def _row(world, nbytes, tensors, comm, **extra):
@@ -54,30 +54,30 @@ def _row(world, nbytes, tensors, comm, **extra):
 
 def test_fit_alpha_beta_recovers_known_latency_and_bandwidth():
     alpha, beta = 50e-6, 1 / 2e9          # 50 us per message, 2 GB/s
-    rows = [_row(n, b, k, scaling.allreduce_seconds(b, n, alpha, beta, k))
+    rows = [_row(n, b, k, speedup.allreduce_seconds(b, n, alpha, beta, k))
             for n in (2, 4) for b, k in [(1e4, 2), (1e6, 6), (4e6, 6), (1e5, 4)]]
-    a, b = scaling.fit_alpha_beta(rows + [_row(1, 1e6, 6, 0.5)])   # N = 1 rows are ignored
+    a, b = speedup.fit_alpha_beta(rows + [_row(1, 1e6, 6, 0.5)])   # N = 1 rows are ignored
     assert a == pytest.approx(alpha, rel=1e-9) and b == pytest.approx(beta, rel=1e-9)
-    assert scaling.allreduce_seconds(1e6, 1, alpha, beta) == 0.0
+    assert speedup.allreduce_seconds(1e6, 1, alpha, beta) == 0.0
 
 
 def test_fit_alpha_beta_never_goes_negative():
     # times that fall with size cannot be explained by a positive bandwidth term
     rows = [_row(2, 1e3, 1, 2e-3), _row(2, 1e6, 1, 1e-3)]
-    a, b = scaling.fit_alpha_beta(rows)
+    a, b = speedup.fit_alpha_beta(rows)
     assert a >= 0 and b >= 0
     with pytest.raises(ValueError):
-        scaling.fit_alpha_beta([_row(1, 1e6, 6, 0.1)])
+        speedup.fit_alpha_beta([_row(1, 1e6, 6, 0.1)])
 
 
 def test_predicted_speedup_of_strong_and_weak_scaling():
     one = dict(scaling="strong", compute_s=0.10, other_s=0.02, step_s=0.12, grad_bytes=1e6, n_tensors=2)
     # no communication cost: compute halves, the rest does not -> 0.12 / 0.07
-    assert scaling.predicted_speedup(one, 2, 0.0, 0.0) == pytest.approx(0.12 / 0.07)
-    comm = scaling.allreduce_seconds(1e6, 2, 1e-4, 1e-9, 2)
-    assert scaling.predict_step_seconds(one, 2, 1e-4, 1e-9) == pytest.approx(0.05 + 0.02 + comm)
+    assert speedup.predicted_speedup(one, 2, 0.0, 0.0) == pytest.approx(0.12 / 0.07)
+    comm = speedup.allreduce_seconds(1e6, 2, 1e-4, 1e-9, 2)
+    assert speedup.predict_step_seconds(one, 2, 1e-4, 1e-9) == pytest.approx(0.05 + 0.02 + comm)
     weak = dict(one, scaling="weak")      # each rank keeps its batch: twice the samples per step
-    assert scaling.predicted_speedup(weak, 2, 0.0, 0.0) == pytest.approx(2.0)
+    assert speedup.predicted_speedup(weak, 2, 0.0, 0.0) == pytest.approx(2.0)
 
 
 def test_split_step_times_from_a_synthetic_timeline():
@@ -172,16 +172,16 @@ def test_widget_measures_for_real_and_draws():
         parts = r["compute_s"] + r["comm_s"] + r["wait_s"] + r["other_s"]
         assert parts == pytest.approx(r["step_s"], rel=1e-9)
     assert rows[2]["batch_size"] == 32 and rows[0]["batch_size"] == 64
-    assert rows[0]["grad_bytes"] == scaling.gradient_bytes("cnn", 8)
-    table = scaling.speedups(rows)
+    assert rows[0]["grad_bytes"] == speedup.gradient_bytes("cnn", 8)
+    table = speedup.speedups(rows)
     assert [t["world_size"] for t in table] == [1, 2]
     two = table[1]
     assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
     assert two["vs_all_cores"] == pytest.approx(rows[2]["samples_per_s"] / rows[1]["samples_per_s"])
-    s = scaling.fit_amdahl([2], [two["speedup"]])
-    assert scaling.amdahl_speedup(2, s) == pytest.approx(two["speedup"])
-    a, b = scaling.fit_alpha_beta(rows)
-    assert a >= 0 and b >= 0 and math.isfinite(scaling.predicted_speedup(rows[0], 2, a, b))
+    s = speedup.fit_amdahl([2], [two["speedup"]])
+    assert speedup.amdahl_speedup(2, s) == pytest.approx(two["speedup"])
+    a, b = speedup.fit_alpha_beta(rows)
+    assert a >= 0 and b >= 0 and math.isfinite(speedup.predicted_speedup(rows[0], 2, a, b))
     bundle = view._repr_mimebundle_()
     assert bundle["text/plain"] == "<speedup explorer: 1 configuration(s) measured>"
     assert bundle["image/png"] and view.image.value[:4] == b"\x89PNG"
@@ -189,10 +189,10 @@ def test_widget_measures_for_real_and_draws():
 
 
 def test_allreduce_model_is_lesson_03s_ring_with_a_link_per_rank():
-    from distlab import cost_model
+    from distlab.comm import cost_model
 
     link = cost_model.Link(alpha=30e-6, beta=1 / 3e9, gamma=0.0, lanes=None)
     for world in (2, 4, 8):
         numel = 1000 * world
-        assert scaling.allreduce_seconds(4 * numel, world, link.alpha, link.beta) == pytest.approx(
+        assert speedup.allreduce_seconds(4 * numel, world, link.alpha, link.beta) == pytest.approx(
             cost_model.predict_time("ring", world, numel, link), rel=1e-12)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import distlab
-from distlab import async_sgd, local_sgd
-from distlab import data_parallel as dp
+from distlab.parallel import async_sgd, local_sgd
+from distlab.parallel import data_parallel as dp
 from distlab.data import load_digits, shard_indices
 from distlab.records import max_param_difference
 from distlab.widgets import timeline as tl

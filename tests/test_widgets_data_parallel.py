@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import distlab
-from distlab import data_parallel as dp
+from distlab.parallel import data_parallel as dp
 from distlab.data import load_digits, shard_indices
 from distlab.widgets import data_parallel as w
 

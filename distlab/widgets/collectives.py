@@ -26,9 +26,9 @@ from matplotlib.patheffects import withStroke
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from .. import cost_model as M
-from ..measure_costs import BASELINE
-from ..collectives import ALGORITHMS, PHASE_ORDER, bytes_sent
+from ..comm import cost_model as M
+from ..comm.cost_model import BASELINE
+from ..comm.cost_model import ALGORITHMS, PHASE_ORDER, bytes_sent
 
 # Okabe & Ito's palette: distinct for the common colour-vision deficiencies.
 RANK_COLOURS = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]

@@ -14,9 +14,9 @@ import math
 
 from matplotlib.figure import Figure
 
-from .. import cost_model as M
-from ..collectives import ALGORITHMS
-from ..measure_costs import BASELINE, best
+from ..comm import cost_model as M
+from ..comm.cost_model import ALGORITHMS
+from ..comm.cost_model import BASELINE, best
 from .collectives import ALGORITHM_STYLE, figure_png
 
 

@@ -20,7 +20,7 @@ import base64
 import io
 import os
 
-from .. import scaling
+from ..measure import speedup as scaling
 
 # Okabe-Ito colours: distinguishable with the common forms of colour blindness.
 COLOURS = {"compute": "#0072B2", "communication": "#009E73", "waiting": "#D55E00",

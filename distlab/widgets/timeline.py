@@ -212,7 +212,7 @@ def convergence_figure(sync_records, server, x: str = "samples"):
     """
     from matplotlib.figure import Figure
 
-    from ..async_sgd import curve_async, curve_sync
+    from ..parallel.async_sgd import curve_async, curve_sync
 
     if x not in X_AXES:
         raise ValueError(f"x must be one of {sorted(X_AXES)}, got {x!r}")

@@ -33,14 +33,13 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from .data import load_digits, rank_batch, shard_indices
-from .data_parallel import DTYPES, check_straggler, evaluate
-from .data_parallel import validate_args as validate_data_parallel
-from .models import build_model
-from .records import RankRecord, StepRecord
+from ..data import load_digits, rank_batch
+from ..models import DTYPES, build_model
+from ..records import RankRecord
+from .data_parallel import per_rank_batch
+from .loop import Run, Strategy, check_settings, evaluate, start, train_steps
 
 SERVER = 0
 
@@ -77,19 +76,17 @@ class ServerRecord:
         return [u.staleness for u in self.updates]
 
 
-def validate_args(world_size: int, *, batch_size: int = 32, steps: int = 50, lr: float = 0.1,
-                  straggler=None, **kwargs) -> int:
+def validate_args(world_size: int, *, model: str, width: int, batch_size: int, steps: int, lr: float,
+                  dtype: str, straggler) -> int:
     """Check an asynchronous job before any process starts; return the per-worker batch."""
     if world_size < 2:
         raise ValueError(f"a parameter server needs world_size >= 2 (1 server + workers), "
                          f"got {world_size}")
-    check_straggler(straggler, world_size)
+    check_settings(world_size, model=model, width=width, steps=steps, lr=lr, dtype=dtype, straggler=straggler)
     if straggler is not None and straggler[0] == SERVER:
         raise ValueError("the straggler must be a worker (rank 1 or above), not the server")
-    if not isinstance(lr, (int, float)) or lr <= 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
     # the workers share the data exactly as world_size - 1 synchronous ranks would
-    return validate_data_parallel(world_size - 1, batch_size=batch_size, steps=steps, **kwargs)
+    return per_rank_batch(world_size - 1, batch_size, None)
 
 
 def train(worker, *, model: str = "mlp", width: int = 64, batch_size: int = 32, steps: int = 50,
@@ -103,17 +100,52 @@ def train(worker, *, model: str = "mlp", width: int = 64, batch_size: int = 32, 
     ``straggler=(rank, seconds)`` slows one worker down.  Returns a ``ServerRecord`` on
     rank 0 and a ``RankRecord`` (``method="async"``) on the workers.
     """
-    b = validate_args(worker.world_size, model=model, width=width, batch_size=batch_size,
-                      steps=steps, lr=lr, dtype=dtype, straggler=straggler)
-    if worker.device.type != "cpu" or dist.get_backend() != "gloo":
+    if worker.device.type != "cpu" or worker.backend != "torchrun" or dist.get_backend() != "gloo":
         raise ValueError("async_sgd runs on CPU processes over gloo (NCCL cannot receive from "
-                         "any rank); launch it with device='cpu'")
-    config = dict(model=model, width=width, batch_size=b, steps=steps, lr=lr, seed=seed,
+                         "any rank); launch it with device='cpu' and backend='torchrun'")
+    config = dict(model=model, width=width, batch_size=batch_size, steps=steps, lr=lr, seed=seed,
                   dtype=dtype, straggler=straggler, workers=worker.world_size - 1)
-    net = build_model(model, width, seed=seed, dtype=DTYPES[dtype])
     if worker.rank == SERVER:
-        return serve(worker, net, config)
-    return work(worker, net, config)
+        return serve(worker, build_model(model, width, seed=seed, dtype=DTYPES[dtype]), config)
+    me, workers = worker.rank - 1, worker.world_size - 1       # my shard among the workers
+    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method="async",
+                config=config, shard=(me, workers))
+    n = run.data.n_train
+    return train_steps(run, AsyncWorker(steps), steps,
+                       lambda step: rank_batch(n, me, workers, batch_size, step, seed=seed),
+                       straggler=straggler)
+
+
+train.validate_args = validate_args   # the launcher calls it before starting any process
+
+
+class AsyncWorker(Strategy):
+    """Lesson 04: a worker: pull, compute a gradient, push; never waits for another worker."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def prepare(self, run: Run) -> None:
+        self.inbox = torch.empty(1 + sum(p.numel() for p in run.model.parameters()), dtype=torch.float64)
+        dist.recv(self.inbox, src=SERVER)                    # the first pull
+
+    def before_step(self, run: Run, step: int) -> None:
+        """Train on the parameters just pulled."""
+        self.version = self.inbox[0].item()
+        vector_to_parameters(self.inbox[1:].to(next(run.model.parameters()).dtype), run.model.parameters())
+
+    def communicate(self, run: Run, step: int) -> tuple[float, float]:
+        """Push the gradient (with the version it was computed on), then pull the news."""
+        start = time.time()
+        grad = torch.cat([p.grad.reshape(-1) for p in run.model.parameters()]).double()
+        header = torch.tensor([self.version, run.loss, run.accuracy], dtype=torch.float64)
+        dist.send(torch.cat([header, grad]), SERVER)         # push
+        if step + 1 < self.steps:
+            dist.recv(self.inbox, src=SERVER)                # pull
+        return start, time.time()
+
+    def update(self, run: Run, step: int) -> None:
+        pass                                                 # the server applies the gradient
 
 
 def serve(worker, net, config) -> ServerRecord:
@@ -143,46 +175,6 @@ def serve(worker, net, config) -> ServerRecord:
     record.test_accuracy = evaluate(net, data.x_test, data.y_test)
     record.params = {n: p.detach().clone() for n, p in net.named_parameters()}
     return record
-
-
-def work(worker, net, config) -> RankRecord:
-    """A worker: pull, compute a gradient, push; never waits for another worker."""
-    n_workers, b, steps, seed = worker.world_size - 1, config["batch_size"], config["steps"], config["seed"]
-    me = worker.rank - 1                                   # my shard among the workers
-    data = load_digits(dtype=DTYPES[config["dtype"]])
-    straggler = config["straggler"]
-    record = RankRecord(worker.rank, worker.world_size, worker.backend, "async", str(worker.device),
-                        config=config, shard=shard_indices(data.n_train, me, n_workers, seed=seed))
-    inbox = torch.empty(1 + sum(p.numel() for p in net.parameters()), dtype=torch.float64)
-    dist.recv(inbox, src=SERVER)                           # the first pull
-    t_first = time.time()
-    for step in range(steps):
-        version = inbox[0].item()
-        vector_to_parameters(inbox[1:].to(next(net.parameters()).dtype), net.parameters())
-        idx = rank_batch(data.n_train, me, n_workers, b, step, seed=seed)
-        x, y = data.x_train[idx], data.y_train[idx]
-        t0 = time.time()
-        out = net(x)
-        loss = F.cross_entropy(out, y)
-        net.zero_grad(set_to_none=False)
-        loss.backward()
-        if straggler is not None and worker.rank == straggler[0]:
-            time.sleep(straggler[1])                       # a slower machine
-        t1 = time.time()
-        acc = (out.argmax(1) == y).double().mean().item()
-        grad = torch.cat([p.grad.reshape(-1) for p in net.parameters()]).double()
-        dist.send(torch.cat([torch.tensor([version, loss.item(), acc], dtype=torch.float64), grad]),
-                  SERVER)                                  # push
-        if step + 1 < steps:
-            dist.recv(inbox, src=SERVER)                   # pull
-        t2 = time.time()
-        record.steps.append(StepRecord(step, loss.item(), acc, t0, t1, t1, t2, t2))
-        worker.progress(step + 1, steps, loss=loss.item())
-    record.wall_time = time.time() - t_first
-    return record
-
-
-train.validate_args = validate_args   # the launcher calls it before starting any process
 
 
 # -------------------------------------------------------------------------------------------

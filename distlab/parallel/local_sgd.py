@@ -21,25 +21,65 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 
-from .data import load_digits, rank_batch, shard_indices, steps_per_epoch
-from .data_parallel import DTYPES, evaluate
-from .data_parallel import validate_args as validate_data_parallel
-from .models import build_model
-from .records import RankRecord, StepRecord
+from ..data import load_digits, rank_batch, steps_per_epoch
+from ..records import RankRecord
+from .data_parallel import per_rank_batch
+from .gradient_sync import AllReduceEachParameter
+from .loop import Run, check_settings, start, train_steps
 
 AVERAGES = ("gradients", "parameters")
 
 
-def validate_args(world_size: int, *, k: int = 4, average: str = "parameters",
-                  batch_size: int = 32, steps: int = 64, **kwargs) -> int:
+class Accumulate(AllReduceEachParameter):
+    """Lesson 04: add up the gradients of k micro-batches, then all-reduce once and update once."""
+
+    def __init__(self, worker, k: int, steps: int):
+        super().__init__(worker)
+        self.k, self.steps = k, steps
+        self.accumulate = k                  # the loop adds up the gradients of k micro-batches
+
+    def talks(self, step: int) -> bool:
+        return (step + 1) % self.k == 0 or step + 1 == self.steps
+
+    def communicate(self, run: Run, step: int):
+        return super().communicate(run, step) if self.talks(step) else None
+
+    def update(self, run: Run, step: int) -> None:
+        if self.talks(step):
+            run.optimizer.step()
+
+
+class LocalSGD(Accumulate):
+    """Lesson 04: every rank takes its own SGD step each time; every k steps, average the parameters."""
+
+    def __init__(self, worker, k: int, steps: int):
+        super().__init__(worker, k, steps)
+        self.accumulate = 1                  # every micro-batch is a step of its own
+
+    def communicate(self, run: Run, step: int):
+        run.optimizer.step()                 # a local step: nobody else is involved
+        if not self.talks(step):
+            return None
+        start = time.time()
+        with torch.no_grad():
+            for p in run.model.parameters():
+                self.worker.all_reduce(p.data, op="avg")
+        return start, time.time()
+
+    def update(self, run: Run, step: int) -> None:
+        pass                                 # done in communicate, before the averaging
+
+
+def validate_args(world_size: int, *, k: int, average: str, model: str, width: int, batch_size: int,
+                  steps: int, lr: float, dtype: str) -> int:
     """Check a job before any process starts; return the per-rank micro-batch size."""
     if average not in AVERAGES:
         raise ValueError(f"average must be one of {AVERAGES}, got {average!r}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
-    b = validate_data_parallel(world_size, batch_size=batch_size, steps=steps, **kwargs)
+    check_settings(world_size, model=model, width=width, steps=steps, lr=lr, dtype=dtype)
+    b = per_rank_batch(world_size, batch_size, None)
     if average == "gradients":
         if steps % k:
             raise ValueError(f"with gradient accumulation, steps ({steps}) must be a multiple of k ({k})")
@@ -59,61 +99,22 @@ def train(worker, *, k: int = 4, average: str = "parameters", model: str = "mlp"
     ``k * batch_size`` (``data_parallel.train_single`` checks it).
     ``average="parameters"``: k local SGD steps, then all-reduce the parameters.
     """
-    b = validate_args(worker.world_size, k=k, average=average, model=model, width=width,
-                      batch_size=batch_size, steps=steps, dtype=dtype)
-    data = load_digits(dtype=DTYPES[dtype])
-    net = build_model(model, width, seed=seed, dtype=DTYPES[dtype]).to(worker.device)
-    with torch.no_grad():                       # start from the same parameters everywhere
-        for p in net.parameters():
-            worker.broadcast(p.data, src=0)
-    opt = torch.optim.SGD(net.parameters(), lr=lr)
-    record = RankRecord(worker.rank, worker.world_size, worker.backend,
-                        "local_sgd" if average == "parameters" else "accumulate", str(worker.device),
-                        config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr,
-                                    seed=seed, dtype=dtype, k=k, average=average),
-                        shard=shard_indices(data.n_train, worker.rank, worker.world_size, seed=seed))
-    n, rank, world = data.n_train, worker.rank, worker.world_size
-    t_first = time.time()
-    opt.zero_grad(set_to_none=False)
-    for step in range(steps):
-        if average == "gradients":              # micro-batch j of the big batch of update u
+    rank, world, b = worker.rank, worker.world_size, batch_size
+    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype,
+                method="local_sgd" if average == "parameters" else "accumulate",
+                config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr, seed=seed,
+                            dtype=dtype, k=k, average=average))
+    n = run.data.n_train
+    if average == "gradients":
+        def batch_at(step):                  # micro-batch j of the big batch of update u
             u, j = divmod(step, k)
-            idx = rank_batch(n, rank, world, k * b, u, seed=seed)[j * b:(j + 1) * b]
-        else:
-            idx = rank_batch(n, rank, world, b, step, seed=seed)
-        x, y = data.x_train[idx].to(worker.device), data.y_train[idx].to(worker.device)
-        t0 = time.time()
-        out = net(x)
-        loss = F.cross_entropy(out, y)
-        talk = (step + 1) % k == 0 or step + 1 == steps
-        if average == "gradients":
-            (loss / k).backward()               # .grad adds up: the mean over k micro-batches
-            t1 = t_comm = time.time()
-            if talk:
-                for p in net.parameters():
-                    worker.all_reduce(p.grad, op="avg")
-                t_comm = (t_comm, time.time())
-                opt.step()
-                opt.zero_grad(set_to_none=False)
-        else:
-            loss.backward()
-            opt.step()                          # a local step: nobody else is involved
-            opt.zero_grad(set_to_none=False)
-            t1 = t_comm = time.time()
-            if talk:
-                with torch.no_grad():
-                    for p in net.parameters():
-                        worker.all_reduce(p.data, op="avg")
-                t_comm = (t_comm, time.time())
-        acc = (out.argmax(1) == y).double().mean().item()
-        record.steps.append(StepRecord(step, loss.item(), acc, t0, t1,
-                                       t_comm[0] if talk else None, t_comm[1] if talk else None,
-                                       time.time()))
-        worker.progress(step + 1, steps, loss=loss.item())
-    record.wall_time = time.time() - t_first
-    record.test_accuracy = evaluate(net, data.x_test.to(worker.device), data.y_test.to(worker.device))
-    record.params = {name: p.detach().cpu().clone() for name, p in net.named_parameters()}
-    return record
+            return rank_batch(n, rank, world, k * b, u, seed=seed)[j * b:(j + 1) * b]
+        strategy = Accumulate(worker, k, steps)
+    else:
+        def batch_at(step):
+            return rank_batch(n, rank, world, b, step, seed=seed)
+        strategy = LocalSGD(worker, k, steps)
+    return train_steps(run, strategy, steps, batch_at)
 
 
 train.validate_args = validate_args
@@ -125,11 +126,13 @@ def train_each(worker, *, runs: list[dict], **common) -> list[RankRecord]:
     return [train(worker, **{**common, **run}) for run in runs]
 
 
-def _validate_each(world_size: int, *, runs: list[dict], **common) -> None:
+def _validate_each(world_size: int, *, runs, **common) -> None:
+    from ..processes.checks import bind_arguments
+
     if not runs or not all(isinstance(run, dict) for run in runs):
         raise ValueError("runs must be a non-empty list of dicts, e.g. [dict(k=1), dict(k=4)]")
     for run in runs:
-        validate_args(world_size, **{**common, **run})
+        bind_arguments(train, world_size, {**common, **run})
 
 
 train_each.validate_args = _validate_each

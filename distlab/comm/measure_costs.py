@@ -14,10 +14,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from .collectives import ALGORITHMS, DTYPES, _check_torchrun, all_reduce, check_algorithm
-from .cost_model import Link, predict_time
-
-BASELINE = "gloo"   # dist.all_reduce, timed next to the hand-written algorithms
+from ..models import DTYPES
+from .collectives import ALGORITHMS, all_reduce, check_torchrun
+from .cost_model import BASELINE, Link, best, check_algorithm, predict_time
 
 
 def repeats_for(numel: int, repeats: int | None = None) -> int:
@@ -85,7 +84,7 @@ def measure(worker, sizes=(1_000, 10_000, 100_000, 1_000_000), algorithms=(*ALGO
     slowest rank's; the record keeps every repetition (take the best, or the median).
     Returns ``{"world_size", "dtype", "ping_pong", "add", "times": {alg: {numel: [s, ...]}}}``.
     """
-    _check_torchrun(worker)
+    check_torchrun(worker)
     torch_dtype = DTYPES[dtype]
     ping = _ping_pong(worker.rank, ping_pong_bytes, ping_pong_repeats)
     itemsize = torch.empty(0, dtype=torch_dtype).element_size()
@@ -134,11 +133,6 @@ def measure_args(world_size: int, *, algorithms=(*ALGORITHMS, BASELINE), dtype: 
 
 
 measure.validate_args = measure_args
-
-
-def best(times: list[float]) -> float:
-    """The fastest repetition: on a shared machine, the one least disturbed by others."""
-    return min(times)
 
 
 def compare(measurement: dict, link: Link) -> list[dict]:

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 
 import torch
 
-from .data import load_digits, steps_per_epoch
-from .data_parallel import train_single
+from ..data import load_digits, steps_per_epoch
+from ..parallel.data_parallel import train_single
 
 
 @contextmanager

@@ -29,7 +29,7 @@ written by the rank that *received* it (it knows what arrived and what it made o
 ``chunk`` is ``None`` when the whole tensor travels.  With ``trace_values=True`` (for small
 demo tensors) a message also carries ``"values"`` (the numbers that arrived) and ``"after"``
 (the receiver's chunk once it had added or stored them).  Every rank keeps its own log;
-``merge_logs`` puts the ranks' logs together in the parent.
+``cost_model.merge_logs`` puts the ranks' logs together in the parent.
 
 Every wait is bounded: a receive that never completes raises after the process group's
 timeout (``distlab.launch(..., timeout=...)``), as ``dist.all_reduce`` would.
@@ -39,8 +39,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from .cost_model import check_algorithm
+
 OPS = ("sum", "avg")
-PHASE_ORDER = ("reduce", "push", "reduce-scatter", "all-gather", "pull", "broadcast")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,38 +240,14 @@ ALGORITHMS = {"naive": naive_all_reduce, "parameter_server": parameter_server_al
               "ring": ring_all_reduce, "tree": tree_all_reduce}
 
 
-def check_algorithm(algorithm: str) -> None:
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
-
-
 def all_reduce(tensor, op: str = "sum", algorithm: str = "ring", *, trace_values: bool = False):
     """Lesson 03: all-reduce ``tensor`` in place with one of the hand-written ``ALGORITHMS``."""
     check_algorithm(algorithm)
     return ALGORITHMS[algorithm](tensor, op, trace_values=trace_values)
 
 
-def merge_logs(logs: list[list[dict]]) -> list[dict]:
-    """All ranks' message logs as one list, in the order the messages happened."""
-    messages = [m for log in logs for m in log]
-    return sorted(messages, key=lambda m: (PHASE_ORDER.index(m["phase"]), m["step"], m["dst"]))
-
-
-def bytes_sent(messages: list[dict], world_size: int) -> list[int]:
-    """How many bytes each rank sent, from a merged message log."""
-    sent = [0] * world_size
-    for m in messages:
-        sent[m["src"]] += m["bytes"]
-    return sent
-
-
-# ---------------------------------------------------------------------------------------------
-# for the worker functions that run these (collective_runs.py, cost_model.py)
-# ---------------------------------------------------------------------------------------------
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def _check_torchrun(worker) -> None:
+def check_torchrun(worker) -> None:
+    """The hand-written collectives speak torch.distributed: they need a torchrun job."""
     if worker.backend != "torchrun":
         raise RuntimeError("the hand-written collectives use torch.distributed send/recv: "
                            "launch with backend='torchrun'")

@@ -1,10 +1,10 @@
 """The driver of a Horovod job started from a notebook: ``python .../horovod_driver.py N RUN_DIR``.
 
-Lesson 02.  ``distlab.launch(..., backend="horovod")`` runs this file as a program of its own,
-which calls ``horovod.run`` to start N ranks (``horovod_backend.HorovodJob`` says why not in the
-notebook's process).  Two choices here are only about start-up time:
+Lesson 02.  ``distlab.launch(..., backend="horovod")`` runs this file as a program of its own
+(``horovod_backend.HorovodJob``), which calls ``horovod.run`` to start N ranks (the docstring of
+``horovod_backend`` says why not in the notebook's process).  Two choices here are only about start-up time:
 
-* the file is run *by its path*, not as ``python -m distlab.horovod_driver``: anything imported
+* the file is run *by its path*, not as ``python -m distlab.processes.horovod_driver``: anything imported
   from the ``distlab`` package first runs ``distlab/__init__.py``, which imports PyTorch, two to
   three seconds that a driver never needs (only the ranks train);
 * for the same reason the function handed to ``horovod.run`` is defined here, in the driver's
@@ -24,7 +24,7 @@ LOOPBACK = "lo"   # loopback only, as horovod_backend.LOOPBACK (this file import
 
 def run_rank(run_dir: str) -> dict:
     """What each rank runs: its part of the job in ``run_dir`` (``horovod_backend.run_rank``)."""
-    from distlab.horovod_backend import run_rank as run_this_rank
+    from distlab.processes.horovod_backend import run_rank as run_this_rank
     return run_this_rank(run_dir)
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .collectives import ALGORITHMS, DTYPES, OPS, _check_torchrun, all_reduce, check_algorithm, merge_logs
+from ..models import DTYPES
+from .collectives import ALGORITHMS, OPS, all_reduce, check_torchrun
+from .cost_model import check_algorithm, merge_logs
 
 
 def compare_with_dist(worker, shapes=((12,), (13,), (3, 7)), dtypes=("float32", "float64"),
@@ -24,7 +26,7 @@ def compare_with_dist(worker, shapes=((12,), (13,), (3, 7)), dtypes=("float32", 
     For each case returns this rank's result, the result of ``dist.all_reduce`` (sum, then
     divided by N for ``"avg"``, as gloo has no average), and the message log.
     """
-    _check_torchrun(worker)
+    check_torchrun(worker)
     out = []
     for algorithm in algorithms:
         for dtype in dtypes:
@@ -70,7 +72,7 @@ def trace(worker, algorithms=tuple(ALGORITHMS), numel: int = 8) -> dict:
     """Lesson 03 (worker): run each algorithm once on ``demo_values``, recording every message
     with its values; returns ``{algorithm: {"input", "result", "dist", "log"}}`` for this rank,
     where ``"dist"`` is what ``dist.all_reduce`` made of the same input."""
-    _check_torchrun(worker)
+    check_torchrun(worker)
     out = {}
     for algorithm in algorithms:
         x = demo_values(worker.rank, numel)

@@ -48,8 +48,15 @@ from dataclasses import dataclass
 
 import torch
 
-from .collectives import check_algorithm
+ALGORITHMS = ("naive", "parameter_server", "ring", "tree")    # as in collectives.py
+BASELINE = "gloo"        # dist.all_reduce: what the hand-written algorithms are timed against
+PHASE_ORDER = ("reduce", "push", "reduce-scatter", "all-gather", "pull", "broadcast")
 REDUCING = ("reduce", "push", "reduce-scatter")   # phases whose receiver adds what arrives
+
+
+def check_algorithm(algorithm: str) -> None:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
 
 
 @dataclass
@@ -216,3 +223,25 @@ def step_time(step: dict, link: Link, world_size: int) -> float:
 def predict_time(algorithm: str, world_size: int, numel: int, link: Link, itemsize: int = 4) -> float:
     """Lesson 03: the alpha-beta model's time for one all-reduce, in seconds."""
     return sum(step_time(s, link, world_size) for s in schedule(algorithm, world_size, numel, itemsize))
+
+
+# ---------------------------------------------------------------------------------------------
+# reading what the real runs recorded (message logs, timings)
+# ---------------------------------------------------------------------------------------------
+def merge_logs(logs: list[list[dict]]) -> list[dict]:
+    """Lesson 03: all ranks' message logs as one list, in the order the messages happened."""
+    messages = [m for log in logs for m in log]
+    return sorted(messages, key=lambda m: (PHASE_ORDER.index(m["phase"]), m["step"], m["dst"]))
+
+
+def bytes_sent(messages: list[dict], world_size: int) -> list[int]:
+    """Lesson 03: how many bytes each rank sent, from a merged message log."""
+    sent = [0] * world_size
+    for m in messages:
+        sent[m["src"]] += m["bytes"]
+    return sent
+
+
+def best(times: list[float]) -> float:
+    """The fastest repetition: on a shared machine, the one least disturbed by others."""
+    return min(times)

@@ -1,46 +1,35 @@
-"""Does distributing pay?  Measuring speedup, and two models that predict it.
+"""Reading speed measurements: speedups, and two models that predict them.
 
-Introduced in lesson 05 (``notebooks/05_does_distributing_pay.ipynb``).
+Introduced in lesson 05 (``notebooks/05_does_distributing_pay.ipynb``).  ``scaling.py``
+measures rows of samples per second on real ranks; this module only reads such rows (the
+lesson's widgets use it too):
 
-Two ranks on two cores should be twice as fast as one.  They are not, and this module
-measures by how much and why:
-
-1. ``measure`` is a training function for ``distlab.launch``: it trains several
-   configurations back to back with the *same* ``data_parallel.train`` every lesson uses
-   (one launch per world size, so the seconds of start-up are paid once), and turns each
-   run's timeline into samples per second and a split of the step into compute,
-   communication, waiting for the slowest rank, and the rest (optimiser, data).
-   Warm-up steps are skipped: the first steps pay for memory allocation and caches.
-2. ``run_scaling`` launches it for N = 1, 2, ... and returns plain rows, one per
-   configuration, world size and thread count.
-3. ``speedups`` compares them; ``fit_amdahl`` and ``fit_alpha_beta`` explain them.
-
-What the larger global batch does to accuracy (the other half of the lesson) is in
-``distlab.large_batch``: it trains in one process and times nothing.
+1. ``speedups`` compares each world size with one process (and with one process using as
+   many threads as the ranks use cores);
+2. ``fit_amdahl`` explains them with Amdahl's law (a part of the work that does not shrink);
+3. ``fit_alpha_beta`` and ``predicted_speedup`` explain them with the alpha-beta model of
+   lesson 03, fitted to the all-reduces measured inside training.
 
 Why compute per byte decides everything: every step, each rank computes on its own
 ``B`` samples (work that shrinks as ranks are added) but sends its *whole* gradient (work
 that does not).  A wide MLP at a large batch does millions of multiply-adds per byte
 sent; a narrow one at a small batch does a few, and its ranks spend the step talking.
+``flops_per_sample`` and ``compute_per_byte`` count that work.
 """
 from __future__ import annotations
 
-import os
 import statistics
-import time
-import warnings
 
 import torch
 
-from .data_parallel import train, validate_args
-from .models import build_model, count_parameters
-
+from ..models import DTYPES, build_model, count_parameters
 
 # The regimes lesson 05 compares (global batch, 2 ranks): the worst found on 2 cores, the
 # untuned probe of the course's issue, and the most compute-bound found (bench/scaling.py --grid).
 REGIMES = {"worst": dict(model="mlp", width=64, global_batch_size=64),
            "probe": dict(model="mlp", width=1024, global_batch_size=896),
            "best": dict(model="cnn", width=16, global_batch_size=1436)}
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,132 +63,16 @@ def flops_per_sample(model: str, width: int) -> int:
 
 def gradient_bytes(model: str, width: int, dtype: str = "float32") -> int:
     """Bytes each rank sends into the all-reduce every step: one number per parameter."""
-    size = {"float32": 4, "float64": 8}[dtype]
-    return count_parameters(build_model(model, width)) * size
+    return count_parameters(build_model(model, width)) * DTYPES[dtype].itemsize
 
 
 def compute_per_byte(model: str, width: int, batch_size: int, dtype: str = "float32") -> float:
     """Lesson 05: training FLOPs of one rank's step per byte of gradient it must send."""
     return 3 * flops_per_sample(model, width) * batch_size / gradient_bytes(model, width, dtype)
 
-
 # ---------------------------------------------------------------------------------------------
-# Measuring: a training function run on every rank
+# Comparing measurements
 # ---------------------------------------------------------------------------------------------
-def check_configs(world_size: int, configs, *, steps: int = 12, skip: int = 2,
-                  method: str = "by_hand", dtype: str = "float32", **_) -> None:
-    """Fail before any process starts: every configuration must be a valid training job."""
-    if not configs:
-        raise ValueError("configs is empty: give at least one dict(model=..., width=..., ...)")
-    if not isinstance(skip, int) or not 0 <= skip < steps - 1:
-        raise ValueError(f"skip must be an integer in 0..steps-2, got skip={skip!r}, steps={steps!r}")
-    for cfg in configs:
-        extra = set(cfg) - {"model", "width", "batch_size", "global_batch_size"}
-        if extra:
-            raise ValueError(f"unknown configuration keys {sorted(extra)} in {cfg}")
-        validate_args(world_size, method=method, steps=steps, dtype=dtype, **cfg)
-
-
-def measure(worker, *, configs, steps: int = 12, skip: int = 2, repeats: int = 1,
-            method: str = "by_hand", dtype: str = "float32") -> list[dict]:
-    """Lesson 05: train each configuration for ``steps`` steps; return one row per run.
-
-    ``configs`` are dicts with ``model``, ``width`` and either ``global_batch_size``
-    (strong scaling: the job's batch stays fixed as ranks are added) or ``batch_size``
-    (weak scaling: each rank's batch stays fixed).  The configurations alternate
-    ``repeats`` times so that a noisy moment of the machine hits all of them, not one.
-    """
-    check_configs(worker.world_size, configs, steps=steps, skip=skip, method=method, dtype=dtype)
-    rows = []
-    for rep in range(repeats):
-        for cfg in configs:
-            record = train(worker, method=method, steps=steps, dtype=dtype, lr=0.01,
-                           record_grads_at=(), **cfg)
-            timeline = _gather_timeline(worker, record)
-            row = dict(model=cfg["model"], width=cfg["width"], world_size=worker.world_size,
-                       threads=torch.get_num_threads(), method=method, dtype=dtype, repeat=rep,
-                       batch_size=record.config["batch_size"],
-                       global_batch_size=record.config["batch_size"] * worker.world_size,
-                       scaling="strong" if "global_batch_size" in cfg else "weak",
-                       n_tensors=len(record.params),
-                       grad_bytes=sum(p.numel() * p.element_size() for p in record.params.values()))
-            row.update(split_step_times(timeline, record.config["batch_size"], skip))
-            row["epoch_s"] = len(record.shard) * worker.world_size / row["samples_per_s"]
-            rows.append(row)
-    return rows
-
-
-measure.validate_args = check_configs   # the launcher checks the job before starting processes
-
-
-def _gather_timeline(worker, record) -> torch.Tensor:
-    """Every rank's step times, (world_size, steps, 5), so any rank can see who waited for whom."""
-    mine = torch.tensor([[s.t_start, s.t_compute_end,
-                          s.t_comm_start if s.t_comm_start is not None else float("nan"),
-                          s.t_comm_end if s.t_comm_end is not None else float("nan"),
-                          s.t_end] for s in record.steps], dtype=torch.float64)
-    return torch.stack(worker.all_gather(mine))
-
-
-def split_step_times(timeline: torch.Tensor, batch_size: int, skip: int) -> dict:
-    """Lesson 05: throughput and the mean split of a step, from all ranks' timelines.
-
-    ``timeline[r, s]`` holds rank ``r``'s times of step ``s``: start, end of backward,
-    start and end of the all-reduce, end of the update.  A rank that reaches the
-    all-reduce early cannot finish it before the last rank arrives: that part is *waiting*;
-    from the last arrival on it is *communication*.  Steps before ``skip`` are ignored.
-    """
-    t = timeline[:, skip:]
-    world, steps = t.shape[0], t.shape[1]
-    span = (t[:, -1, 4] - t[:, 0, 0]).max().item()        # the slowest rank sets the pace
-    step_s = span / steps
-    compute = (t[..., 1] - t[..., 0]).mean().item()
-    if torch.isnan(t[..., 2]).any():                      # DDP: all-reduce hidden in backward
-        comm = wait = float("nan")
-        other = step_s - compute
-    else:
-        last_arrival = t[..., 2].max(dim=0).values         # per step, over ranks
-        wait = (last_arrival - t[..., 2]).mean().item()
-        comm = (t[..., 3] - last_arrival).mean().item()
-        other = step_s - compute - wait - comm
-    return dict(samples_per_s=world * batch_size / step_s, step_s=step_s,
-                compute_s=compute, comm_s=comm, wait_s=wait, other_s=other)
-
-
-# ---------------------------------------------------------------------------------------------
-# Launching it for N = 1, 2, ...
-# ---------------------------------------------------------------------------------------------
-def run_scaling(configs, world_sizes=(1, 2), *, single_threads=(1, 2), steps: int = 12,
-                skip: int = 2, repeats: int = 1, method: str = "by_hand", dtype: str = "float32",
-                backend: str = "torchrun", device: str = "cpu", progress: str = "none") -> list[dict]:
-    """Lesson 05: measure every configuration at every world size; return all rows.
-
-    One launch per world size, each rank with one intra-op thread; for N = 1, one launch
-    per entry of ``single_threads`` (1 thread: the per-core baseline; all cores: the
-    honest single-machine alternative).  World sizes beyond the machine's cores run
-    oversubscribed, with a warning: they measure what happens when ranks share cores,
-    not what more cores would give.
-    """
-    from .launch import launch
-
-    cores = os.cpu_count() or 1
-    rows = []
-    jobs = [(n, t) for n in world_sizes for t in (single_threads if n == 1 else (1,))]
-    for n, threads in jobs:
-        if device == "cpu" and n * threads > cores:
-            warnings.warn(f"{n} ranks x {threads} threads on {cores} cores: oversubscribed, they take "
-                          "turns on the cores; this measures contention, not scaling", stacklevel=2)
-        t0 = time.time()
-        out = launch(measure, world_size=n, backend=backend, device=device, threads=threads,
-                     progress=progress, configs=list(configs), steps=steps, skip=skip,
-                     repeats=repeats, method=method, dtype=dtype)
-        launch_s = time.time() - t0
-        for row in out[0]:
-            row["launch_s"] = launch_s
-        rows += out[0]
-    return rows
-
-
 def config_key(row: dict) -> tuple:
     """What makes two rows the same experiment, apart from the world size and threads."""
     batch = row["global_batch_size"] if row["scaling"] == "strong" else row["batch_size"]
@@ -327,3 +200,4 @@ def predicted_speedup(one: dict, world_size: int, alpha: float, beta: float) -> 
     """Samples/s at ``world_size`` ranks over one rank, as ``predict_step_seconds`` sees it."""
     samples = 1 if one["scaling"] == "strong" else world_size
     return samples * one["step_s"] / predict_step_seconds(one, world_size, alpha, beta)
+

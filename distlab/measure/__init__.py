@@ -1,0 +1,6 @@
+"""Measuring whether distributing pays (lesson 05).
+
+- ``scaling``      measuring samples per second on 1, 2, ... real ranks, and where a step's time goes
+- ``speedup``      reading the measurements: speedups, Amdahl's law, the alpha-beta prediction
+- ``large_batch``  what a larger global batch does to accuracy, and the learning-rate rules
+"""

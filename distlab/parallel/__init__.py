@@ -1,0 +1,8 @@
+"""What the ranks do: one training loop, and the strategies that plug into it.
+
+- ``loop``           the one training loop and the ``Strategy`` interface (lesson 01)
+- ``gradient_sync``  making gradients agree: per parameter, fused, DDP / Horovod (lessons 01-03)
+- ``data_parallel``  ``train`` on N ranks, and ``train_single``, the one-process reference (lesson 01)
+- ``local_sgd``      gradient accumulation and local SGD: talking every k steps (lesson 04)
+- ``async_sgd``      asynchronous SGD with a parameter server, and staleness (lesson 04)
+"""

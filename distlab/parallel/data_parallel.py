@@ -1,0 +1,161 @@
+"""Data parallelism: every rank trains a full copy of the model on its own shard of the data.
+
+Introduced in lesson 01.  The idea in one sentence: every rank holds a full copy of the
+model, trains on its own shard of the data, and before each update the ranks *average
+their gradients*, so every copy takes the same step and the copies never drift apart.
+
+Why averaging is exactly right: the loss of a mini-batch is the mean over its samples, so
+the gradient of one big batch of N*B samples is the mean of the N gradients of N batches of
+B samples.  N ranks at batch B therefore take the same steps as one process at batch N*B
+(``train_single``), up to floating-point rounding; the tests check it to 1e-6.
+
+``train`` is the training loop of ``loop.py`` with one of the gradient synchronisations of
+``gradient_sync.py``: ``method="by_hand"`` (one all-reduce per parameter), ``"fused"`` (one
+all-reduce for all of them) or ``"ddp"`` (DistributedDataParallel, or Horovod's
+``DistributedOptimizer`` on the Horovod backend).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..comm.cost_model import ALGORITHMS
+from ..data import check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
+from ..processes.worker import Worker
+from ..records import RankRecord
+from .gradient_sync import METHODS, make_sync
+from .loop import Strategy, check_settings, start, train_steps
+
+
+def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: int | None) -> int:
+    """The per-rank batch, from either the per-rank or the global batch size, checked."""
+    if (batch_size is None) == (global_batch_size is None):
+        raise ValueError("give exactly one of batch_size (per rank) or global_batch_size")
+    if global_batch_size is not None:
+        if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size < 1:
+            raise ValueError(f"global_batch_size must be a positive integer, got {global_batch_size!r}")
+        if global_batch_size % world_size:
+            raise ValueError(f"global batch {global_batch_size} does not divide among {world_size} "
+                             f"ranks; use a multiple of {world_size}")
+        batch_size = global_batch_size // world_size
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    n = load_digits().n_train
+    check_world_size(world_size, n)
+    if steps_per_epoch(n, world_size, batch_size) == 0:
+        raise ValueError(f"batch size {batch_size} per rank is larger than each rank's shard "
+                         f"({-(-n // world_size)} samples of {n})")
+    return batch_size
+
+
+def validate_args(world_size: int, *, method: str, collective: str, model: str, width: int, batch_size,
+                  global_batch_size,
+                  steps: int, lr: float, dtype: str, straggler, warmup_steps: int) -> int:
+    """Check a data-parallel job before any process starts; return the per-rank batch."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
+    if collective != "dist" and collective not in ALGORITHMS:
+        raise ValueError(f"unknown collective {collective!r}; choose 'dist' or one of {', '.join(ALGORITHMS)}")
+    if collective != "dist" and method != "by_hand":
+        raise ValueError("collective= chooses how method='by_hand' averages; DDP and Horovod use their own")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+    check_settings(world_size, model=model, width=width, steps=steps, lr=lr, dtype=dtype, straggler=straggler)
+    return per_rank_batch(world_size, batch_size, global_batch_size)
+
+
+def warmup_lr(lr: float, step: int, warmup_steps: int, world_size: int) -> float:
+    """Lesson 05: the learning rate at ``step`` with a linear warm-up (Goyal et al., 2017).
+
+    N ranks averaging gradients take the steps of one process at N times the batch; the
+    *linear scaling rule* multiplies the learning rate by N to match.  Early in training a
+    step that large can overshoot, so the rate starts at ``lr / world_size`` (the
+    single-worker rate) and grows linearly to ``lr`` over ``warmup_steps`` steps.
+    """
+    if step >= warmup_steps:
+        return lr
+    return lr * (1 / world_size + (1 - 1 / world_size) * step / warmup_steps)
+
+
+def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 64,
+          batch_size: int | None = None, global_batch_size: int | None = None, steps: int = 50,
+          lr: float = 0.1, seed: int = 0, record_grads_at: Sequence[int] = (0,),
+          record_layers: Sequence[str] | None = None, dtype: str = "float32",
+          straggler: tuple[int, float] | None = None, warmup_steps: int = 0,
+          collective: str = "dist") -> RankRecord:
+    """Lesson 01: train on this rank's shard, averaging gradients with the other ranks.
+
+    Returns this rank's ``RankRecord``: loss and accuracy per step, the shard, timings, the
+    local and averaged gradients at the steps in ``record_grads_at``, and the final
+    parameters.
+
+    ``straggler=(rank, seconds)`` (lesson 04) makes that rank sleep ``seconds`` inside the
+    compute phase of every step, as a slower machine would: the others wait for it at
+    every all-reduce.  ``warmup_steps`` (lesson 05) ramps the learning rate up (``warmup_lr``).
+    ``collective`` (lesson 03): ``"dist"`` averages with the backend's all-reduce; ``"naive"``,
+    ``"parameter_server"``, ``"ring"`` or ``"tree"`` with the hand-written ``comm.collectives``.
+    """
+    world, rank = worker.world_size, worker.rank
+    b = per_rank_batch(world, batch_size, global_batch_size)
+    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=method,
+                config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr, seed=seed,
+                            dtype=dtype, straggler=straggler, warmup_steps=warmup_steps,
+                            collective=collective))
+    n = run.data.n_train
+    return train_steps(run, make_sync(method, worker, collective), steps,
+                       lambda step: rank_batch(n, rank, world, b, step, seed=seed),
+                       lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world),
+                       straggler=straggler, record_grads_at=record_grads_at, layers=record_layers)
+
+
+train.validate_args = validate_args   # distlab.launch calls it before starting any process
+
+
+def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
+                 batch_size: int | None = None, global_batch_size: int | None = None,
+                 steps: int = 50, lr: float = 0.1, seed: int = 0, record_grads_at=(0,),
+                 record_layers=None, dtype: str = "float32", device: str = "cpu",
+                 warmup_steps: int = 0) -> RankRecord:
+    """Lesson 01: the reference, one process at the global batch that ``world_size`` ranks share.
+
+    Runs in the calling process, as a ``Worker`` of its own with no job, through the same
+    loop with the base ``Strategy`` (nothing to communicate).  At every step it takes exactly the union of the ranks' mini-batches
+    (``global_batch``), so its parameters are what data parallelism must give.
+    ``grads[step][layer]["local"]`` and ``["average"]`` both hold the big-batch gradient.
+    """
+    b = validate_args(world_size, method="by_hand", collective="dist", model=model, width=width,
+                      batch_size=batch_size,
+                      global_batch_size=global_batch_size, steps=steps, lr=lr, dtype=dtype,
+                      straggler=None, warmup_steps=warmup_steps)
+    alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device(device))
+    run = start(alone, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method="single",
+                config=dict(model=model, width=width, batch_size=b * world_size, steps=steps, lr=lr,
+                            seed=seed, dtype=dtype, mimics_world_size=world_size,
+                            warmup_steps=warmup_steps), shard=(0, 1))
+    n = run.data.n_train
+    return train_steps(run, Strategy(), steps, lambda step: global_batch(n, world_size, b, step, seed=seed),
+                       lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world_size),
+                       record_grads_at=record_grads_at, layers=record_layers)
+
+
+def train_both_methods(worker, **config) -> dict:
+    """Lesson 02: ``train`` by hand, then with the backend's own wrapper, in one job.
+
+    DistributedDataParallel under torchrun, ``hvd.DistributedOptimizer`` under Horovod.  Each
+    run starts from the same seed; one launch instead of two saves seconds of start-up.
+    ``config`` is any of ``train``'s arguments but ``method``.
+    """
+    return {method: train(worker, method=method, **config) for method in ("by_hand", "ddp")}
+
+
+def _check_both_methods(world_size: int, **config) -> None:
+    from ..processes.checks import bind_arguments
+
+    if "method" in config:
+        raise ValueError("train_both_methods runs both methods: leave out method=")
+    for method in ("by_hand", "ddp"):
+        bind_arguments(train, world_size, dict(config, method=method))
+
+
+train_both_methods.validate_args = _check_both_methods

@@ -1,0 +1,12 @@
+"""Starting ranks, and the backends they talk through (lessons 01 and 02).
+
+- ``launcher``        ``launch()``: start N ranks from a notebook cell, show progress, collect records
+- ``checks``          everything checked before a process starts (arguments against the signature)
+- ``jobs``            a running job: poll it, read who failed, stop it with nothing left behind
+- ``rank``            the program each rank runs (reads the job, calls the function, saves the record)
+- ``worker``          the ``Worker`` interface every training function receives
+- ``torch_backend``   torchrun and torch.distributed behind that interface (lesson 01)
+- ``horovod_backend`` Horovod behind the same interface (lesson 02); ``horovod_driver`` starts it
+- ``progress``        a progress bar per rank (widgets in a notebook, lines in a terminal)
+- ``cores``           a core of its own for each CPU rank, and when not to (lesson 02)
+"""

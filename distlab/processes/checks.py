@@ -1,0 +1,175 @@
+"""Everything the launcher checks before it starts a process, so that mistakes fail in milliseconds.
+
+Introduced in lesson 01.  Starting ranks costs seconds; a typo found by rank 1 five seconds
+later, in a traceback from another process, teaches nothing.  So ``distlab.launch`` first:
+
+* checks the world size, the port and that workers can import the training function;
+* binds the keyword arguments to the training function's signature (``bind_arguments``): an
+  unknown name or a missing one is refused with the parameter's name;
+* runs the function's own value checks, ``fn.validate_args(world_size, ...)``, when it has
+  them (a batch that does not divide among the ranks, an unknown model);
+* checks every value against its parameter's annotation (``lr='fast'`` where the signature
+  says ``lr: float``), so that functions without checks of their own are covered too.
+"""
+from __future__ import annotations
+
+import collections.abc
+import difflib
+import importlib
+import inspect
+import socket
+import types
+import typing
+
+
+class PortInUseError(OSError):
+    pass
+
+
+def check_world_size(world_size) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+
+
+def check_timeout(timeout) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port(port: int, host: str = "127.0.0.1") -> None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"port must be an integer in 1..65535, got {port!r}")
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            raise PortInUseError(f"port {port} on {host} is already in use ({err.strerror}); "
+                                 "pass another port, or none to let distlab pick a free one") from err
+
+
+def check_importable(fn) -> None:
+    """Workers import ``fn`` by module and name; say clearly why that would fail."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    module = getattr(fn, "__module__", None)
+    if not callable(fn):
+        raise TypeError(f"the training function must be callable, got {fn!r}")
+    if module in (None, "__main__"):
+        raise ValueError(
+            f"the training function {name!r} is defined in __main__ (a notebook cell or the script "
+            "you ran), which worker processes cannot import. Put it in a .py module next to the "
+            "notebook and import it from there.")
+    if "<locals>" in name or "<lambda>" in name:
+        raise ValueError(f"the training function {name!r} is a lambda or nested function; worker "
+                         "processes can only import functions defined at the top of a module.")
+    try:
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"workers could not import {module}.{name}: {err}") from err
+    if obj is not fn:
+        raise ValueError(f"{module}.{name} is not the function passed in (was the module reloaded "
+                         "or the function redefined?)")
+
+
+# ---------------------------------------------------------------------------------------------
+# the arguments, against the training function's signature
+# ---------------------------------------------------------------------------------------------
+def bind_arguments(fn, world_size: int, kwargs: dict) -> dict:
+    """Lesson 01: ``kwargs`` bound to ``fn(worker, **kwargs)``, checked; returns every argument.
+
+    The returned dict holds each parameter after ``worker`` with its value (the default where
+    none was given).  Raises ``ValueError`` naming an unknown, missing or mistyped argument,
+    then runs ``fn.validate_args`` (see the module's docstring).
+    """
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    name = getattr(fn, "__name__", repr(fn))
+    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        raise ValueError(f"{name}() must take the worker as its first argument: def {name}(worker, ...)")
+    takes = [p.name for p in params[1:] if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    for key in kwargs:
+        if key not in takes and not accepts_any:
+            close = difflib.get_close_matches(key, takes, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{name}() has no argument {key!r}{hint}; it takes: {', '.join(takes)}")
+    missing = [p.name for p in params[1:] if p.default is p.empty and p.name not in kwargs
+               and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if missing:
+        raise ValueError(f"{name}() needs the argument(s) {', '.join(missing)}")
+    bound = sig.bind(None, **kwargs)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    arguments.pop(params[0].name)
+    for p in params:
+        if p.kind is p.VAR_KEYWORD:                       # fn(worker, **config): flatten it
+            arguments.update(arguments.pop(p.name, {}))
+    validate = getattr(fn, "validate_args", None)
+    try:             # the function's own checks first: their messages know what a value means
+        if validate is not None:
+            validate(world_size, **_accepted_by(validate, arguments))
+    except TypeError:
+        _check_types(fn, name, kwargs)   # a value of the wrong type tripped them: say which
+        raise
+    _check_types(fn, name, kwargs)
+    return arguments
+
+
+def _accepted_by(fn, arguments: dict) -> dict:
+    """The entries of ``arguments`` that ``fn`` takes by name (all of them if it takes ``**``)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return arguments
+    return {k: v for k, v in arguments.items() if k in params}
+
+
+def _check_types(fn, name: str, kwargs: dict) -> None:
+    """Each given value against its parameter's annotation (simple types, unions, containers)."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:            # an annotation that does not resolve: nothing to check against
+        return
+    for key, value in kwargs.items():
+        hint = hints.get(key)
+        if hint is not None and not _matches(value, hint):
+            raise ValueError(f"{key}={value!r}: {name}() expects {_describe(hint)}, "
+                             f"got {type(value).__name__}")
+
+
+def _matches(value, hint) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin in (tuple, list) or hint in (tuple, list):   # tuple[int, float] also as a list [1, 0.5]
+        return isinstance(value, (tuple, list))
+    if collections.abc.Sequence in (origin, hint):
+        return isinstance(value, collections.abc.Sequence) and not isinstance(value, str)
+    if origin is not None:
+        hint = origin
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _describe(hint) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return "None"
+    if hint is float:
+        return "a number"
+    origin = typing.get_origin(hint) or hint
+    return f"{'an' if origin.__name__[0] in 'aeiou' else 'a'} {origin.__name__}" \
+        if isinstance(origin, type) else str(hint)

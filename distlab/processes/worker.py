@@ -1,0 +1,152 @@
+"""Inside a rank: who am I, which device is mine, and how do I talk to the others.
+
+Introduced in lesson 01.  Every training function in distlab receives one ``Worker``.  This
+module is the *interface*; each launch backend implements it in a module of its own:
+
+=====================  ==========================================  ==========================
+``Worker``             ``torch_backend.TorchWorker`` (torchrun)     ``horovod_backend.HorovodWorker``
+=====================  ==========================================  ==========================
+``all_reduce``         ``dist.all_reduce`` (sum, then divide)      ``hvd.allreduce_async_``
+``broadcast``          ``dist.broadcast``                          ``hvd.broadcast_async_``
+``all_gather``         ``dist.all_gather``                         ``hvd.allgather_async``
+``barrier``            ``dist.barrier``                            an all-reduce of nothing
+``data_parallel``      ``DistributedDataParallel``                 ``hvd.DistributedOptimizer``
+``wait``               nothing (DDP waits inside ``backward``)     the optimizer's all-reduces
+=====================  ==========================================  ==========================
+
+so the *same* training code runs on either, and nothing outside the two backend modules
+touches torch.distributed's process group or Horovod's internals.
+
+Device policy (``choose_device``): one GPU per rank with NCCL when the machine has at least
+as many GPUs as local ranks; otherwise CPU processes that talk over gloo.  The code path is
+the same; only the device and the communication library change.
+
+Every collective has a timeout (``timeout`` seconds, 60 by default): a rank that never
+arrives makes the others fail with an error instead of waiting forever.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+DEFAULT_TIMEOUT = 60.0
+# The launch backends, and the module that implements this interface for each (imported
+# only when used: a torchrun job never imports Horovod).
+BACKENDS = {"torchrun": "distlab.processes.torch_backend",
+            "horovod": "distlab.processes.horovod_backend"}
+
+
+def backend_module(name: str):
+    """Lesson 01: the module that starts and runs jobs on backend ``name``."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return importlib.import_module(BACKENDS[name])
+
+
+def choose_device(requested: str = "auto", local_world_size: int = 1) -> str:
+    """Lesson 00: pick ``"cuda"`` or ``"cpu"`` for a job of ``local_world_size`` ranks per machine.
+
+    ``"auto"`` uses the GPUs only when there is one for every local rank (sharing a GPU
+    between ranks of one job would hide what the lessons measure).  ``"cuda"`` insists
+    and fails clearly when the GPUs are not there.
+    """
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {requested!r}")
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "cuda" and n_gpus < local_world_size:
+        raise RuntimeError(f"device='cuda' needs one GPU per rank: {local_world_size} ranks asked for, "
+                           f"{n_gpus} GPU(s) visible. Use device='cpu' (or 'auto') to run on CPU "
+                           "processes over gloo.")
+    if requested == "auto":
+        return "cuda" if n_gpus >= local_world_size else "cpu"
+    return requested
+
+
+def torch_device(dev: str, local_rank: int) -> torch.device:
+    """The device of local rank ``local_rank``: its own GPU, or the CPU."""
+    if dev == "cuda":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+@dataclass
+class Worker:
+    """What a training function needs to know about itself and its peers (lesson 01)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int         # ranks of this job on this machine
+    device: torch.device
+    timeout: float = DEFAULT_TIMEOUT
+    run_dir: str | None = None    # where progress lines go (set by the launcher)
+    _last_progress: float = field(default=0.0, repr=False)
+
+    # This base class is a process with no job at all (``data_parallel.train_single`` trains
+    # as one); each backend's subclass names itself and implements the collectives.
+    backend = "single"
+
+    # -- the collectives: every rank must call them, in the same order --------------------
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Combine ``tensor`` across all ranks in place; ``op`` is ``"sum"`` or ``"avg"``."""
+        raise NotImplementedError
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Overwrite ``tensor`` on every rank with rank ``src``'s copy."""
+        raise NotImplementedError
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's ``tensor`` (same shape on every rank), in rank order."""
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        """Wait until every rank has arrived here."""
+        raise NotImplementedError
+
+    # -- the backend's own data parallelism -------------------------------------------------
+    def data_parallel(self, model, optimizer):
+        """Lesson 01: wrap ``model`` and ``optimizer`` in the backend's own data parallelism.
+
+        Returns ``(model, optimizer)`` to train with: they start from rank 0's parameters
+        and average the gradients during ``backward``.
+        """
+        raise NotImplementedError
+
+    def wait(self, optimizer) -> None:
+        """Wait (with the timeout) for the communication the wrapper started in ``backward``."""
+
+    def stop(self) -> None:
+        """Leave the job cleanly (called once, at the end of the rank's life)."""
+
+    @staticmethod
+    def check_op(op: str) -> None:
+        if op not in ("sum", "avg"):
+            raise ValueError(f"op must be 'sum' or 'avg', got {op!r}")
+
+    # -- talking to the launcher -----------------------------------------------------------
+    def progress(self, step: int, total: int, force: bool = False, **metrics) -> None:
+        """Stream progress to the notebook or terminal that launched the job.
+
+        One JSON line per call in ``run_dir/progress_<rank>.jsonl``, at most ten a second
+        (the launcher reads these files; workers never print into the notebook).
+        """
+        if self.run_dir is None:
+            return
+        now = time.time()
+        if not force and step < total and now - self._last_progress < 0.1:
+            return
+        self._last_progress = now
+        line = {"rank": self.rank, "step": step, "total": total, "time": now}
+        line.update({k: float(v) for k, v in metrics.items()})
+        with open(os.path.join(self.run_dir, f"progress_{self.rank}.jsonl"), "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
