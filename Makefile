@@ -1,12 +1,17 @@
 # distlab: two commands.
-#   make lab    create .venv, install everything, open JupyterLab on the first lesson
-#               (HEADLESS=1 make lab prints the URL instead of opening a browser)
-#   make test   create .venv if needed, install everything, run the whole test suite
+#   make lab        create .venv, install everything, open JupyterLab on the first lesson
+#                   (HEADLESS=1 make lab prints the URL instead of opening a browser)
+#   make test       create .venv if needed, install everything, run the whole test suite
+# and three for the people who change the course:
+#   make notebooks  sync each lesson's .py and .ipynb (jupytext), then re-execute every lesson
+#   make bench      run every benchmark in bench/ (each prints its GOAL lines)
+#   make lint       ruff, as make test runs it
 PY := .venv/bin/python
 PORT ?= 8888
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+LINTED := distlab tests bench tools notebooks
 
-.PHONY: lab test setup setup-test bench clean
+.PHONY: lab test setup setup-test notebooks bench lint clean
 
 setup:
 	bash tools/setup.sh lab
@@ -21,10 +26,21 @@ lab: setup
 	  notebooks/00_welcome.ipynb
 
 test: setup-test
+	$(PY) -m ruff check $(LINTED)
 	$(PY) -m pytest tests notebooks $(NBVAL) -v -rs --durations=25
 
+lint: setup-test
+	$(PY) -m ruff check $(LINTED)
+
+notebooks: setup-test
+	$(PY) -m jupytext --sync notebooks/*.ipynb
+	for nb in notebooks/*.ipynb; do \
+	  $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; done
+	$(PY) -m jupytext --sync notebooks/*.ipynb
+
 bench: setup-test
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf .venv .pytest_cache artifacts

@@ -1,0 +1,102 @@
+# %% [markdown]
+# # 00 · Welcome to distlab
+#
+# **Goal of this notebook:** know what this machine can run, how the course is laid out, and
+# which question the whole course answers.
+#
+# ## The problem we were handed
+#
+# An insurance company reads thousands of handwritten claim forms. Its digit-recognition model
+# makes too many mistakes, and its engineers want two things:
+#
+# 1. a **more accurate** model, trained on **more data**;
+# 2. an honest answer to: *does spreading the training over several workers (processes, GPUs,
+#    machines) help, and when does it just add overhead?*
+#
+# We work with a stand-in for their forms that needs no download: the 1,797 real handwritten
+# digits, 8x8 pixels each, that scikit-learn ships. Every number and picture in this course
+# comes from real processes training on them with real collective communication.
+
+# %% [markdown]
+# ## What is on this machine?
+#
+# `distlab.doctor` looks, rather than assumes: CPU cores, memory, GPUs, which communication
+# libraries this PyTorch build has (**gloo** between CPU processes, **NCCL** between GPUs), and
+# whether Horovod is built. (In a terminal: `distlab doctor`.) Your numbers will differ from the
+# ones stored in this notebook.
+
+# %% tags=["nbval-ignore-output"]
+import distlab
+from distlab import doctor
+
+print(doctor.format_report(doctor.report()))
+print("a 2-rank job here runs on:", distlab.choose_device("auto", local_world_size=2))
+
+# %% [markdown]
+# With no GPU for every rank, each worker is a CPU process and they talk over gloo. With enough
+# GPUs, the same code puts one rank on each GPU and talks over NCCL: only the device changes.
+#
+# ## A first real job: two processes
+#
+# `distlab.launch(fn, world_size=2, ...)` starts two real Python processes through
+# `torchrun`, the launcher a cluster job uses, runs `fn` on each and hands back what each
+# returned: its **record**. Here `fn` trains for a few steps; lesson 01 explains what it does.
+# The bars show each rank's progress as it happens.
+
+# %% tags=["nbval-ignore-output"]
+from distlab.parallel import data_parallel
+
+records = distlab.launch(data_parallel.train, world_size=2, steps=5, global_batch_size=64,
+                         progress="auto")
+
+# %%
+for r in records:
+    print(f"rank {r.rank} of {r.world_size} (launched by {r.backend}): "
+          f"{len(r.steps)} steps on its own {len(r.shard)} training digits")
+
+# %% [markdown]
+# Two processes ran, each on its own part of the data, and both reported back. Start-up of a
+# job like this takes several seconds on a small machine (starting Python, importing PyTorch,
+# meeting the other ranks): keep it in mind, it matters for the final lesson.
+#
+# ## The data
+
+# %%
+from distlab.data import load_digits
+from distlab.widgets.data_parallel import digits_figure, show
+
+digits = load_digits()
+print(f"{digits.n_train} training and {len(digits.y_test)} test digits, "
+      f"{digits.side}x{digits.side} pixels, labels 0-9")
+show(digits_figure(digits))
+
+# %% [markdown]
+# **Predict, then check.** When two workers share the training set, each gets its own half.
+# How many training digits does each of the two ranks above train on? Replace the answer,
+# then run the cell.
+
+# %%
+my_answer = 719   # digits per rank when 2 ranks share the training set (solution filled in)
+
+assert my_answer == len(records[0].shard) == len(records[1].shard), "not quite: look at digits.n_train"
+print("correct:", my_answer, "digits each")
+
+# %% [markdown]
+# ## How the course is laid out
+#
+# | Lesson | Question it answers |
+# |---|---|
+# | **00** welcome (this one) | What is here, what are we trying to find out? |
+# | **01** data parallelism | How do N workers train *one* model on different data, and why is averaging their gradients exact? |
+# | **02** Horovod | The same training with Horovod: what changes, what does not? |
+# | **03** combining gradients | Parameter server, ring and tree all-reduce: who sends what to whom, and what it costs. |
+# | **04** keeping workers in sync | Synchronous vs asynchronous updates, stragglers, stale gradients. |
+# | **05** does distributing pay? | Measured speed-ups and slow-downs, and when distribution is worth it. |
+#
+# Each lesson starts with its goal, runs real jobs, shows them with widgets (sliders and
+# drop-downs that redraw pictures of what was recorded), and ends with exercises whose answers
+# are checked by an `assert`. The library code the lessons use is in `distlab/`, one idea per
+# module, each function naming the lesson that introduces it. `course/README.md` lists the
+# exercises and solutions.
+#
+# Next: **01 · Data parallelism**.

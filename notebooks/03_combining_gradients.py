@@ -1,0 +1,214 @@
+# %% [markdown]
+# # Lesson 03 · Combining gradients: parameter server vs all-reduce
+#
+# **Goal of this lesson.** In lesson 01 every rank averaged its gradients with one call,
+# `dist.all_reduce`. The insurance company's model has about a million gradient numbers, and
+# every training step they must travel between the workers. *How* they travel decides whether
+# more workers pay off. By the end of this lesson you can
+#
+# 1. explain four ways of combining N gradients: **naive** (all to one, then back), a
+#    **parameter server**, the **ring all-reduce**, and a **tree**, each written in a few lines on
+#    plain `send`/`recv` in `distlab/comm/collectives.py`;
+# 2. predict how many bytes each rank sends and how long it takes, with the **alpha-beta model**;
+# 3. check your predictions against measurements on this machine, and against training.
+#
+# Everything you see below was recorded on real worker processes.
+
+# %%
+import inspect
+
+from IPython.display import Image
+
+import distlab
+from distlab.comm import collective_runs, collectives, cost_model, measure_costs
+from distlab.parallel.data_parallel import train, train_single
+from distlab.widgets import collectives as pictures, costs
+
+# %% [markdown]
+# ## 1. The ring, in 25 lines
+#
+# Open `distlab/comm/collectives.py` next to this notebook: each algorithm is one short function.
+# Here is the ring. Rank *r* only ever talks to its neighbours: it sends to *r+1* and receives
+# from *r−1*, both at once. The tensor is cut into N chunks; in the **reduce-scatter** phase
+# each chunk travels once round the ring collecting everybody's numbers, in the **all-gather**
+# phase the finished chunks travel round once more.
+
+# %%
+print(inspect.getsource(collectives.ring_all_reduce))
+
+# %% [markdown]
+# ## 2. Watch it on 4 real ranks
+#
+# To make the additions visible, rank *r* starts with the numbers (i+1)·10<sup>r</sup>:
+# rank 0 holds 1 2 3 …, rank 1 holds 10 20 30 …, and so on. In a sum, digit *r* is non-zero
+# exactly when rank *r*'s number is in it: 1111 means "all four ranks", 110 "ranks 1 and 2".
+#
+# The next cell starts 4 worker processes; each runs all four algorithms once and records
+# every message it received (from whom, which chunk, how many bytes, the numbers).
+
+# %% tags=["nbval-ignore-output"]
+records = distlab.launch(collective_runs.trace, world_size=4, numel=8)
+traces = collective_runs.merge_traces(records)
+
+# %% [markdown]
+# Every algorithm must give what `dist.all_reduce` gives, on every rank:
+
+# %%
+for name, t in traces.items():
+    same = t["results"] == t["dist_results"]
+    print(f"{name:17} rank 0 holds {t['results'][0]}  equals dist.all_reduce on all ranks: {same}")
+    assert same
+
+# %% [markdown]
+# **The ring, step by step.** Press play, or drag the slider. Each row is a rank, each cell one
+# of its numbers; the coloured bar under a number shows *whose* numbers are added into it (one
+# colour per rank), the thick outline marks what just arrived, and the arrows are the messages
+# of that step. Watch chunk 3: it starts on rank 3, picks up rank 0's numbers (7007), then
+# rank 1's (7077), then rank 2's (7777); the all-gather then carries it to everyone.
+
+# %%
+pictures.animation(traces["ring"])
+
+# %% [markdown]
+# **Predict first:** in the parameter server (rank 0 is the server and also a worker), how many
+# whole tensors arrive at rank 0, and how many leave it? Then look.
+
+# %%
+pictures.animation(traces["parameter_server"])
+
+# %% [markdown]
+# The **tree** adds in pairs (1→0 and 3→2 at the same time), then pairs of pairs (2→0), and sends
+# the sum back down the same tree: 2·log₂N steps in a row instead of the ring's 2(N−1).
+
+# %%
+pictures.animation(traces["tree"])
+
+# %% [markdown]
+# ## 3. Who sends how much?
+#
+# The bytes each rank sent, read from the message logs of the run above, in units of the size
+# of the tensor:
+
+# %%
+for name, t in traces.items():
+    sent = collectives.bytes_sent(t["messages"], 4)
+    print(f"{name:17} bytes sent per rank: {sent}")
+Image(pictures.figure_png(pictures.traffic_figure(traces)))
+
+# %% [markdown]
+# The server (and the naive rank 0) sends N−1 = 3 whole tensors; every ring rank sends
+# 2(N−1)/N = 1.5 tensors. **Exercise.** A 4-rank ring all-reduces a gradient of 1,000,000
+# float32 numbers. How many bytes does each rank send? Replace the solution below by your own
+# expression and run the cell.
+
+# %%
+N, numel, bytes_per_float = 4, 1_000_000, 4
+my_answer = 2 * (N - 1) * (numel // N) * bytes_per_float     # solution: 2(N-1) chunks of n/N floats
+assert my_answer == cost_model.bytes_per_rank("ring", N, numel)[0] == 6_000_000
+print(f"each rank sends {my_answer:,} bytes; the parameter server sends "
+      f"{cost_model.bytes_per_rank('parameter_server', N, numel)[0]:,}")
+
+# %% [markdown]
+# With 64 ranks the server would send 63 tensors per step, and receive 63: its link is the
+# bottleneck, and it grows with N. A ring rank sends 2·63/64 ≈ 1.97 tensors, whatever N is.
+# This is why large jobs use all-reduce (or shard the server over many machines).
+
+# %%
+for n in (2, 4, 16, 64):
+    ring = max(cost_model.bytes_per_rank("ring", n, numel)) / (4 * numel)
+    server = max(cost_model.bytes_per_rank("parameter_server", n, numel)) / (4 * numel)
+    print(f"N = {n:2}: busiest ring rank sends {ring:.2f} tensors, the server {server:.0f}")
+
+# %% [markdown]
+# ## 4. Predict, then measure
+#
+# The **alpha-beta model** prices a message of *b* bytes at α + b·β: α is the fixed cost of any
+# message, β the cost per byte (γ per byte added). We measure them with a **ping-pong** between
+# two ranks, then time every algorithm side by side (they take turns, so a busy moment of the
+# machine hits all of them) next to gloo's own `dist.all_reduce`.
+#
+# **Before running:** on 2 ranks, which of the four do you expect to be fastest for 1,000
+# floats, and which for 1,000,000? (Hint: count the steps in a row, and the bytes per step.)
+# Write it down.
+
+# %% tags=["nbval-ignore-output"]
+measured = distlab.launch(measure_costs.measure, world_size=2, sizes=(1_000, 100_000, 1_000_000),
+                          repeats=5, ping_pong_bytes=(8, 8_000, 80_000, 800_000, 4_000_000),
+                          ping_pong_repeats=10)[0]
+link = cost_model.fit_link(measured["ping_pong"], measured["add"])
+print(link)
+
+# %% tags=["nbval-ignore-output"]
+for row in measure_costs.compare(measured, link):
+    line = f"{row['algorithm']:17} {row['numel']:>9,} floats: measured {row['measured'] * 1e3:7.2f} ms"
+    if "predicted" in row:
+        line += f", model {row['predicted'] * 1e3:7.2f} ms (model/measured {row['ratio']:.2f})"
+    print(line)
+
+# %% [markdown]
+# What the numbers say, honestly:
+#
+# * On one machine there is no network: "sending" is CPU cores copying bytes, and a single
+#   message already keeps both of our 2 cores busy (one copies out, one copies in). The model
+#   calls this `lanes = 1`: the ring's simultaneous messages (one per rank) take turns, so on
+#   this machine every algorithm moves its bytes one after another and the ring has no edge.
+#   On a cluster every rank has its own link (`lanes=None`); there the ring's flat ~2 tensors
+#   per rank is what lets it scale.
+# * Small tensors are ruled by α, the price per message: fewer steps in a row win.
+# * The model is a sketch, not a stopwatch: on a busy machine the measurements spread, and
+#   caches make large tensors slower per byte than the ping-pong suggests. Compare the
+#   ratios, not the last digit. `bench/collectives.py` measures messages up to 40 MB and
+#   gives large ones a line of their own (`Link.large`): here 40 MB moved at about 2.5 GB/s,
+#   against about 6 GB/s for messages that fit in the caches.
+#
+# Explore the model below: change N, the tensor size, and switch the hardware from "this
+# machine" to "a cluster". Marks are the measurements above.
+
+# %% tags=["nbval-ignore-output"]
+costs.cost_explorer(link, [measured], world_size=2, numel=1_000_000)
+
+# %% [markdown]
+# **Exercise.** On a cluster of 16 ranks (each with its own link, α = 5 µs, 1/β = 10 GB/s),
+# which algorithm does the model say is fastest for a tiny gradient of 100 floats, and which
+# for 100 million? Put your answers in the cell.
+
+# %%
+cluster = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
+fastest_small, fastest_big = "tree", "ring"                  # solution
+times = {n: {a: cost_model.predict_time(a, 16, n, cluster) for a in collectives.ALGORITHMS}
+         for n in (100, 100_000_000)}
+assert fastest_small == min(times[100], key=times[100].get)
+assert fastest_big == min(times[100_000_000], key=times[100_000_000].get)
+print(f"100 floats: {fastest_small}; 100 million floats: {fastest_big}")
+
+# %% [markdown]
+# ## 5. Train with your own all-reduce
+#
+# `distlab.parallel.data_parallel.train(method="by_hand", collective=...)` averages the gradients with
+# any of the four algorithms instead of `dist.all_reduce`. With the ring, 3 ranks at batch 16
+# (3 ranks: the layers' sizes do not divide into equal chunks) must take exactly the steps of
+# one process at batch 48 (lesson 01), up to rounding:
+
+# %% tags=["nbval-ignore-output"]
+ring_run = distlab.launch(train, world_size=3, method="by_hand", collective="ring",
+                          model="mlp", width=64, batch_size=16, steps=10, lr=0.2, seed=0)
+single = train_single(world_size=3, model="mlp", width=64, batch_size=16, steps=10, lr=0.2, seed=0)
+
+# %%
+difference = max(distlab.max_param_difference(r.params, single.params) for r in ring_run)
+print(f"largest parameter difference, ring-trained ranks vs one process: {difference:.0e} "
+      f"(below 1e-5: {difference < 1e-5})")
+assert difference < 1e-5
+
+# %% [markdown]
+# ## What to take away
+#
+# * All four algorithms give the same sum; they differ in **who sends what to whom**.
+# * A **parameter server**'s link carries N−1 tensors in and out: it grows with N. A **ring**
+#   rank sends about 2 tensors whatever N is, in 2(N−1) steps; a **tree** needs only
+#   2·log₂N steps but sends whole tensors.
+# * The **alpha-beta model**, fitted from a ping-pong, predicts the bytes exactly and the time
+#   roughly; on one 2-core machine, where "the network" is the CPU, the ring cannot show its
+#   strength. Lesson 05 asks when distributing pays at all.
+#
+# Benchmark on a quiet machine: `python bench/collectives.py`.

@@ -1,0 +1,242 @@
+# %% [markdown]
+# # Lesson 04 · Keeping workers in sync
+#
+# **Goal of this lesson.** The insurance company's machines are not all alike: one old server
+# is slower than the rest. Synchronous data parallelism (lesson 01) makes every rank meet the
+# others at every all-reduce, so what does one slow machine cost? By the end of this lesson you
+# can:
+#
+# 1. read a **timeline** recorded on real processes: when each rank computed, when it entered
+#    and left the all-reduce, and how long it **waited** for the others;
+# 2. predict, then measure, what a **straggler** (one slow rank) costs every other rank, and
+#    the job's samples per second;
+# 3. run **asynchronous SGD with a parameter server**, where nobody waits, and measure its
+#    price: **staleness**, and how it converges next to synchronous SGD on the same data;
+# 4. talk **every k steps** instead of every step (gradient accumulation, local SGD) and
+#    measure what that saves and what it costs.
+#
+# Every number below is measured live on real worker processes, a little of each so that the
+# lesson runs in well under a minute. Timings move from run to run (other programs share the
+# cores): read them as "about".
+
+# %%
+import numpy as np
+
+import distlab
+from distlab.parallel import async_sgd, data_parallel, local_sgd
+from distlab.records import max_param_difference
+from distlab.widgets import timeline
+
+# every run of this lesson: the same small MLP, data, seed and learning rate
+SETUP = dict(model="mlp", width=64, batch_size=32, lr=0.3, seed=0)
+
+# %% [markdown]
+# ## 1. A timeline of real ranks
+#
+# With `method="by_hand"` every rank writes down the time (`time.time()`) five times per step:
+# when it started, when forward and backward were done, when it entered the all-reduce, when it
+# left it, and when the step ended. The ranks run on one machine and share its clock, so their
+# stamps can be laid side by side. Two ranks, 60 steps:
+
+# %% tags=["nbval-ignore-output"]
+plain = distlab.launch(data_parallel.train, world_size=2, steps=60, **SETUP)
+
+# %% [markdown]
+# One row per rank, one group of bars per step; move the slider to see other steps (step 0 is
+# slow everywhere: every library is called for the first time).
+
+# %% tags=["nbval-ignore-output"]
+timeline.timeline_widget(plain, title="two ranks, no straggler")
+
+# %% [markdown]
+# **What counts as waiting.** An all-reduce cannot finish before the *last* rank has entered
+# it. So for each step, `timeline.waits` measures a rank's wait as the time from its own entry
+# until the last rank entered:
+#
+#     wait[rank] = max over ranks of t_comm_start  -  t_comm_start[rank]
+#
+# The rest of its time inside the all-reduce is the transfer itself (green). Here the two ranks
+# do the same work, so they wait little:
+
+# %% tags=["nbval-ignore-output"]
+print("mean wait per step (ms):", [round(w * 1e3, 2) for w in timeline.mean_wait(plain)])
+print(f"samples per second, whole job: {distlab.throughput(plain):.0f}")
+
+# %%
+waits = timeline.waits(plain)
+assert (waits >= 0).all() and (waits.min(axis=0) == 0).all()
+print("at every step one rank waited exactly 0 s: the last one to arrive")
+
+# %% [markdown]
+# ## 2. A straggler: predict, then measure
+#
+# Suppose rank 1 is the old machine: every step it needs 20 ms more to compute (it sleeps 20 ms
+# inside its compute phase: `straggler=(1, 0.02)`). One step of this small model computes in
+# about a millisecond.
+#
+# **Predict before running the next cells:** how long will rank 0 wait at each all-reduce? And
+# what happens to the samples per second of the whole job?
+
+# %%
+DELAY = 0.02
+predicted_wait_of_rank_0 = 0.02     # seconds: write your prediction here
+
+# %% tags=["nbval-ignore-output"]
+slow = distlab.launch(data_parallel.train, world_size=2, steps=60, straggler=(1, DELAY), **SETUP)
+
+# %% tags=["nbval-ignore-output"]
+timeline.timeline_widget(slow, title="rank 1 is 20 ms slower per step")
+
+# %% tags=["nbval-ignore-output"]
+before, after = timeline.mean_wait(plain), timeline.mean_wait(slow)
+for rank in range(2):
+    print(f"rank {rank} waits {before[rank] * 1e3:5.1f} ms per step without the straggler, "
+          f"{after[rank] * 1e3:5.1f} ms with it")
+print(f"you predicted {predicted_wait_of_rank_0 * 1e3:.0f} ms for rank 0")
+print(f"samples per second: {distlab.throughput(plain):.0f} without, {distlab.throughput(slow):.0f} with")
+
+# %%
+assert after[0] - before[0] > DELAY / 2    # rank 0 now waits about DELAY at every step
+assert after[1] < DELAY / 2                # the straggler itself is always last: no wait
+assert distlab.throughput(slow) < distlab.throughput(plain)
+print("the fast rank waits for the slow one at every all-reduce, and the job slows down")
+
+# %% [markdown]
+# **Why.** A synchronous step ends when the *slowest* rank has contributed its gradient, so every
+# rank steps at the straggler's pace: 20 ms more per step for everybody, and the fast rank spends
+# those 20 ms idle (orange). With N ranks, one slow machine idles the other N - 1. The slower
+# the straggler, the larger the share of the job's time that is waiting; a rank k times slower
+# is the same as a delay of (k - 1) x its compute time.
+
+# %% [markdown]
+# ## 3. Stop waiting: asynchronous SGD with a parameter server
+#
+# `async_sgd.train` runs one **server** (rank 0) and **workers** (ranks 1, 2, ...). A worker
+# *pulls* the current parameters and their version number, computes a gradient on its next
+# mini-batch, *pushes* it with the version it used, and pulls again. The server applies each
+# gradient the moment it arrives, from whichever worker sent it. Workers never meet each other.
+#
+# The price is **staleness**: by the time a gradient arrives, other workers' updates may have
+# moved the parameters. Staleness = the updates the server applied between the worker's pull and
+# its push.
+#
+# Worker 1 and worker 2 below train on exactly the shards and mini-batches of ranks 0 and 1
+# above, with the same seed and learning rate, and worker 2 is the slow machine again:
+
+# %% tags=["nbval-ignore-output"]
+run = distlab.launch(async_sgd.train, world_size=3, steps=60, straggler=(2, DELAY), **SETUP)
+server, workers = run[0], run[1:]
+
+# %% tags=["nbval-ignore-output"]
+timeline.timeline_widget(workers, title="asynchronous workers: steps of the slow one, and what the fast one did meanwhile")
+
+# %% [markdown]
+# Worker 1 no longer waits for worker 2: its only pause is the exchange with the server
+# (purple). Some facts about the run, which hold however the timing falls:
+
+# %%
+assert len(server.updates) == 2 * 60                 # every gradient applied exactly once
+assert server.updates[0].staleness == 0              # the first gradient is never stale
+assert max(server.staleness) > 0                     # both workers started from version 0
+print("updates applied:", len(server.updates))
+print("staleness of the first update:", server.updates[0].staleness)
+print("some gradients were computed on old parameters:", max(server.staleness) > 0)
+
+# %% tags=["nbval-ignore-output"]
+for w in (1, 2):
+    mine = [u.staleness for u in server.updates if u.worker == w]
+    print(f"worker {w}: mean staleness {np.mean(mine):.1f}, largest {max(mine)}")
+timeline.as_image(timeline.staleness_figure(server))
+
+# %% [markdown]
+# The slow worker's gradients are the stale ones: while it computes one gradient, the fast
+# worker gets several applied. Does that hurt learning? The same curves for the synchronous run
+# with the same straggler and the asynchronous run; switch the x axis between updates, samples
+# and seconds:
+
+# %% tags=["nbval-ignore-output"]
+timeline.convergence_widget(slow, server, x="samples")
+
+# %% tags=["nbval-ignore-output"]
+print(f"test accuracy: synchronous {slow[0].test_accuracy:.3f}, asynchronous {server.test_accuracy:.3f}")
+print(f"training time: synchronous {slow[0].wall_time:.2f} s, asynchronous {server.wall_time:.2f} s")
+
+# %% [markdown]
+# **Reading the curves.** Per *update*, the synchronous run learns more: each of its updates
+# averages two mini-batches computed on current parameters, while each asynchronous update is
+# one mini-batch, sometimes computed on old parameters. Per *sample* the asynchronous run makes
+# twice as many (smaller, noisier) steps with the same learning rate, which on this small problem
+# usually helps. Per *second*, the fast worker keeps the server busy while the slow one computes,
+# so the loss falls sooner; yet here each worker has a fixed share of the data, so the job still
+# ends when the slow worker has pushed its last gradient. Staleness grows with the number of
+# workers and with their differences in speed, which is why large jobs today mostly stay
+# synchronous and fight stragglers in other ways.
+
+# %% [markdown]
+# ## 4. The middle ground: talk every k steps
+#
+# Two synchronous ways to communicate less often (`local_sgd.train`):
+#
+# - **gradient accumulation** (`average="gradients"`): add up the gradients of k micro-batches,
+#   all-reduce once, take one step: exactly one step at a k times larger batch;
+# - **local SGD** (`average="parameters"`): take k ordinary steps alone, then average the
+#   parameters. With k = 1 it is synchronous SGD again.
+#
+# Each run processes 64 micro-batches of 32 samples per rank, whatever k is. Four runs, one launch:
+
+# %% tags=["nbval-ignore-output"]
+runs = [dict(k=1), dict(k=4), dict(k=16), dict(k=4, average="gradients")]
+sweep = distlab.launch(local_sgd.train_each, world_size=2, runs=runs, steps=64,
+                       average="parameters", **SETUP)
+by_run = [[per_rank[i] for per_rank in sweep] for i in range(len(runs))]
+
+# %% tags=["nbval-ignore-output"]
+print(f"{'run':<26}{'all-reduces':>12}{'comm us/sample':>16}{'test accuracy':>15}")
+for run, records in zip(runs, by_run):
+    name = f"{records[0].config['average']}, k={run['k']}"
+    print(f"{name:<26}{local_sgd.all_reduce_rounds(records[0]):>12}"
+          f"{local_sgd.comm_seconds_per_sample(records) * 1e6:>16.1f}{records[0].test_accuracy:>15.3f}")
+
+# %% [markdown]
+# Facts, checked against one process that trains on the global batch (lesson 01's reference):
+
+# %%
+accumulated = by_run[3][0]
+big_batch = data_parallel.train_single(world_size=2, batch_size=4 * 32, steps=64 // 4,
+                                       lr=0.3, seed=0)
+assert max_param_difference(accumulated.params, big_batch.params) <= 1e-6
+print("accumulating 4 micro-batches = one step at 4x the batch: equal to within 1e-6")
+
+local_k1 = by_run[0][0]
+synchronous = data_parallel.train_single(world_size=2, batch_size=32, steps=64, lr=0.3, seed=0)
+assert max_param_difference(local_k1.params, synchronous.params) <= 1e-6
+print("local SGD with k=1 = synchronous SGD: equal to within 1e-6")
+
+# %% [markdown]
+# Communication per sample falls about k-fold. Gradient accumulation pays with fewer updates
+# (64 / k steps at a bigger batch), so at the same number of samples it has learned less. Local
+# SGD keeps every update; between averages the copies drift apart on their own shards, which at
+# large k and learning rate starts to cost accuracy.
+#
+# ### Exercise
+#
+# In the local SGD run with k = 16 and 64 steps, how many times did each rank all-reduce its
+# parameters? Replace the answer below with yours; the cell checks it against the record.
+
+# %%
+my_answer = 64 // 16     # your answer here
+measured = local_sgd.all_reduce_rounds(by_run[2][0])
+assert my_answer == measured, f"not quite: the record says {measured}"
+print(f"right: {measured} all-reduces, one every 16 steps")
+
+# %% [markdown]
+# ## What we measured
+#
+# | | waits for others | stale gradients | all-reduces per step |
+# |---|---|---|---|
+# | synchronous SGD (lesson 01) | yes, at every step: for the slowest rank | no | 1 |
+# | asynchronous SGD, parameter server | no (only for the server) | yes, more for slow workers | none: push and pull |
+# | gradient accumulation, every k | yes, every k micro-batches | no | 1/k (and 1/k of the updates) |
+# | local SGD, every k | yes, every k steps | no, but copies drift | 1/k |
+#
+# Next lesson: does distributing pay at all on this machine, and when?
