@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .processes.checks import check_int
+
 
 @dataclass
 class Digits:
@@ -121,8 +123,7 @@ def _epoch_order(n: int, world_size: int, shuffle: bool, seed: int, epoch: int) 
 
 def check_world_size(world_size: int, n: int) -> None:
     """A clear error for a world size that cannot split ``n`` samples."""
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    check_int("world_size", world_size)
     if world_size > n:
         raise ValueError(f"world_size {world_size} is larger than the training set ({n} samples): "
                          "some workers would get no data")

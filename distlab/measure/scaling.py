@@ -34,14 +34,13 @@ TRAINING = dict(lr=0.01, record_grads_at=())   # timing only: a small step, no g
 def check_configs(world_size: int, *, configs, steps: int, skip: int, repeats: int, method: str,
                   dtype: str) -> None:
     """Fail before any process starts: every configuration must be a valid training job."""
-    from ..processes.checks import bind_arguments
+    from ..processes.checks import bind_arguments, check_int
 
     if not configs:
         raise ValueError("configs is empty: give at least one dict(model=..., width=..., ...)")
     if not isinstance(skip, int) or not 0 <= skip < steps - 1:
         raise ValueError(f"skip must be an integer in 0..steps-2, got skip={skip!r}, steps={steps!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    check_int("repeats", repeats)
     for cfg in configs:
         extra = set(cfg) - {"model", "width", "batch_size", "global_batch_size"}
         if extra:

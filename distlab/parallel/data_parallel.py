@@ -22,6 +22,7 @@ import torch
 
 from ..comm.cost_model import ALGORITHMS
 from ..data import check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
+from ..processes.checks import check_int
 from ..processes.worker import Worker
 from ..records import RankRecord
 from .gradient_sync import METHODS, make_sync
@@ -33,14 +34,12 @@ def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: i
     if (batch_size is None) == (global_batch_size is None):
         raise ValueError("give exactly one of batch_size (per rank) or global_batch_size")
     if global_batch_size is not None:
-        if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size < 1:
-            raise ValueError(f"global_batch_size must be a positive integer, got {global_batch_size!r}")
+        check_int("global_batch_size", global_batch_size)
         if global_batch_size % world_size:
             raise ValueError(f"global batch {global_batch_size} does not divide among {world_size} "
                              f"ranks; use a multiple of {world_size}")
         batch_size = global_batch_size // world_size
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_int("batch_size", batch_size)
     n = load_digits().n_train
     check_world_size(world_size, n)
     if steps_per_epoch(n, world_size, batch_size) == 0:
@@ -59,8 +58,7 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
         raise ValueError(f"unknown collective {collective!r}; choose 'dist' or one of {', '.join(ALGORITHMS)}")
     if collective != "dist" and method != "by_hand":
         raise ValueError("collective= chooses how method='by_hand' averages; DDP and Horovod use their own")
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+    check_int("warmup_steps", warmup_steps, minimum=0)
     check_settings(world_size, model=model, width=width, steps=steps, lr=lr, dtype=dtype, straggler=straggler)
     return per_rank_batch(world_size, batch_size, global_batch_size)
 

@@ -23,6 +23,7 @@ import time
 import torch
 
 from ..data import load_digits, rank_batch, steps_per_epoch
+from ..processes.checks import check_int
 from ..records import RankRecord
 from .data_parallel import per_rank_batch
 from .gradient_sync import AllReduceEachParameter
@@ -76,8 +77,7 @@ def validate_args(world_size: int, *, k: int, average: str, model: str, width: i
     """Check a job before any process starts; return the per-rank micro-batch size."""
     if average not in AVERAGES:
         raise ValueError(f"average must be one of {AVERAGES}, got {average!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+    check_int("k", k)
     check_settings(world_size, model=model, width=width, steps=steps, lr=lr, dtype=dtype)
     b = per_rank_batch(world_size, batch_size, None)
     if average == "gradients":

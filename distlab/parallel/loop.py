@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from ..data import load_digits, shard_indices
 from ..models import DTYPES, MODELS, build_model
+from ..processes.checks import check_int, check_positive
 from ..records import RankRecord, StepRecord
 
 
@@ -43,14 +44,11 @@ def check_settings(world_size: int, *, model: str, width: int, steps: int, lr: f
     """Lesson 01: the checks every training function shares, made before any process starts."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise ValueError(f"width must be a positive integer, got {width!r}")
+    check_int("width", width)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    check_int("steps", steps)
+    check_positive("lr", lr)
     check_straggler(straggler, world_size)
 
 

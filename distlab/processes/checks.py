@@ -26,14 +26,17 @@ class PortInUseError(OSError):
     pass
 
 
-def check_world_size(world_size) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+def check_int(name: str, value, minimum: int = 1) -> None:
+    """``value`` must be a whole number (not a bool, not 2.0) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
-def check_timeout(timeout) -> None:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+def check_positive(name: str, value, unit: str = "") -> None:
+    """``value`` must be a number above zero."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number{unit}, got {value!r}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -25,7 +25,7 @@ import tempfile
 import time
 import warnings
 
-from .checks import bind_arguments, check_importable, check_port, check_timeout, check_world_size, free_port
+from .checks import bind_arguments, check_importable, check_int, check_port, check_positive, free_port
 from .progress import ProgressReader, make_progress
 from .rank import write_job
 from .worker import DEFAULT_TIMEOUT, backend_module, choose_device
@@ -53,7 +53,7 @@ def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = 
     over the cores); ``bind_cores`` gives each CPU rank cores of its own when there are
     enough (``cores.bind_to_cores``, lesson 02).  Raises ``WorkerError`` naming the failed rank.
     """
-    check_world_size(world_size)
+    check_int("world_size", world_size)
     chosen = backend_module(backend)
     chosen.check_available()
     dev = choose_device(device, world_size)
@@ -66,7 +66,7 @@ def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = 
         port = free_port()
     else:
         check_port(port)
-    check_timeout(timeout)
+    check_positive("timeout", timeout, " of seconds")
     run_dir = tempfile.mkdtemp(prefix="distlab-run-")
     try:
         write_job(run_dir, fn, kwargs, device=dev, timeout=timeout, threads=threads, bind_cores=bind_cores)

@@ -1,0 +1,72 @@
+"""The library's shape, as the style guide asks for it: no import cycles, short modules, and every
+module's opening docstring naming the lesson that introduces it."""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+PACKAGE = Path(ROOT) / "distlab"
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """The distlab modules that ``path`` imports, at its top or inside a function."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    known = {module_name(p) for p in MODULES}
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:       # "from .x import y": y may be a module itself
+                found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in known else target)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {m for m in found if m in known and m != name}
+
+
+def test_no_import_cycles():
+    graph = {module_name(p): imports(p) for p in MODULES}
+    # a package's __init__ may import its own modules; a cycle through it is not a real one
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
+    state: dict[str, str] = {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(d):] + [d]))
+            if d not in state:
+                visit(d, path + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_are_short_and_name_their_lesson(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= 300, f"{path.name} has {lines} lines: split it by idea (the guide says ~300 at most)"
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    assert re.search(r"[Ll]essons? \d\d", doc), f"{path.name}: its docstring does not name its lesson"
+
+
+def test_widgets_never_import_what_trains():
+    for path in (PACKAGE / "widgets").glob("*.py"):
+        trains = {m for m in imports(path)
+                  if m.startswith(("distlab.parallel", "distlab.processes")) or m == "distlab.measure.scaling"}
+        assert not trains, f"{path.name} imports {sorted(trains)}: widgets read records, they never train"
