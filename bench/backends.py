@@ -15,8 +15,8 @@ hit both alike.  For each launch we measure
 Goal: Horovod's throughput at least 0.9 of torchrun's.  The ratio is the median over
 neighbouring Horovod/torchrun pairs (each ABBA block gives two), which follows the
 machine's drifting speed better than a ratio of two medians.  Start-up is reported, not
-judged.  Both backends bind each rank to a core of its own (``runtime.bind_to_cores``).
-Run: ``.venv/bin/python bench/backends.py``.
+judged.  Both backends bind each rank to a core of its own
+(``distlab.processes.cores.bind_to_cores``).  Run: ``.venv/bin/python bench/backends.py``.
 """
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ def one_launch(backend: str):
 
 
 def main() -> int:
+    t0 = time.time()
     print(f"workload: {WORKLOAD} on {WORLD_SIZE} ranks x 1 thread", flush=True)
     results = {"horovod": [], "torchrun": []}
     last, pair_ratios = {}, []
@@ -76,6 +77,7 @@ def main() -> int:
     print("Horovod/torchrun per pair: " + " ".join(f"{r:.2f}" for r in pair_ratios))
     print(f"start-up seconds: horovod {med['horovod'][1]:.1f}, torchrun {med['torchrun'][1]:.1f}")
     print(f"GOAL horovod_vs_torchrun_throughput {ratio:.2f} >= {GOAL} {'PASS' if ratio >= GOAL else 'MISS'}")
+    print(f"({time.time() - t0:.0f} s)")
     return 0
 
 

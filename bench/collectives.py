@@ -1,7 +1,7 @@
 """Benchmark for issue #4: the hand-written all-reduces against gloo's, and against the model.
 
-For 2 and 4 ranks, one launch each runs ``distlab.measure_costs.measure``: a ping-pong and an
-add (to fit the alpha-beta model), then naive, parameter server, ring, tree and gloo's
+For 2 and 4 ranks, one launch each runs ``distlab.comm.measure_costs.measure``: a ping-pong
+and an add (to fit the alpha-beta model), then naive, parameter server, ring, tree and gloo's
 ``dist.all_reduce`` on 1e3 .. 1e7 float32 numbers, taking turns (the order rotates every
 repetition) after a barrier, the slowest rank's time per repetition, the best repetition
 per algorithm (on a shared machine, the one least disturbed by others).
@@ -15,16 +15,12 @@ Prints a table, then one GOAL line per goal:
 Exits 0 whatever the result.  ``--quick`` measures up to 1e6 floats only (a smoke test).
 """
 import argparse
-import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-
-import distlab  # noqa: E402
-from distlab.comm import cost_model, measure_costs  # noqa: E402
-from distlab.comm.collectives import ALGORITHMS  # noqa: E402
+import distlab
+from distlab.comm import cost_model, measure_costs
+from distlab.comm.collectives import ALGORITHMS
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 GOAL_SIZES = (1_000_000, 10_000_000)

@@ -1,8 +1,8 @@
 """Benchmark for issue #2: does distlab's DDP path cost anything over a plain torch DDP script?
 
 Runs the same training (MLP on the 8x8 digits, 2 ranks, one thread each) alternately through
-``distlab.launch(data_parallel.train, method="ddp")`` and through ``bench/plain_ddp.py`` under
-torchrun, several rounds, and compares training throughput (samples/s from the first step to
+``distlab.launch(data_parallel.train, method="ddp")`` and through ``bench/scripts/plain_ddp.py``
+under torchrun, several rounds, and compares training throughput (samples/s from the first step to
 the last, so process start-up is excluded from both).  Goal: distlab / plain >= 0.98.
 """
 import os
@@ -11,14 +11,13 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+import distlab
+from distlab.parallel import data_parallel as dp
+from distlab.processes.checks import free_port
 
-import distlab                       # noqa: E402
-from distlab.parallel import data_parallel as dp  # noqa: E402
-from distlab.processes.checks import free_port  # noqa: E402
+PLAIN_DDP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "plain_ddp.py")
 
-WORLD, WIDTH, BATCH, STEPS, ROUNDS = 2, 256, 32, 1500, 6
+WORLD, WIDTH, BATCH, STEPS, ROUNDS = 2, 256, 32, 1500, 4
 
 
 def run_distlab() -> float:
@@ -30,10 +29,10 @@ def run_distlab() -> float:
 def run_plain() -> float:
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={WORLD}",
                           "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-                          os.path.join(HERE, "plain_ddp.py"), str(WIDTH), str(BATCH), str(STEPS)],
+                          PLAIN_DDP, str(WIDTH), str(BATCH), str(STEPS)],
                          capture_output=True, text=True, check=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"))
-    return float(next(l.split()[1] for l in out.stdout.splitlines() if l.startswith("THROUGHPUT")))
+    return float(next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("THROUGHPUT")))
 
 
 def main():

@@ -7,8 +7,8 @@ Run it whenever a machine with CUDA GPUs is available and record its output in t
 It measures, in well under 10 minutes:
 
 1. samples/s of 1 GPU rank and of N GPU ranks (N = every visible GPU) for a few
-   configurations, strong and weak scaling, through ``distlab.scaling.run_scaling`` with
-   ``device="cuda"`` (the code path of the CPU lesson; throughput from the first measured
+   configurations, strong and weak scaling, through ``distlab.measure.scaling.run_scaling``
+   with ``device="cuda"`` (the code path of the CPU lesson; throughput from the first measured
    step to the last, warm-up skipped), next to 1 CPU process x 1 thread for scale;
 2. equivalence: N GPU ranks against one GPU process at the global batch
    (``train_single``), largest parameter difference after a few steps.
@@ -20,19 +20,15 @@ the host-side time stamps of a step only bound it; samples/s over many steps is 
 On a machine without CUDA GPUs it says so and exits 0.  ``--cpu`` runs the same script
 on CPU processes (a dry run of the code path, for machines without GPUs).
 """
-import os
 import sys
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+import torch
 
-import torch  # noqa: E402
-
-import distlab  # noqa: E402
-from distlab.parallel import data_parallel as dp  # noqa: E402
-from distlab.measure import scaling, speedup  # noqa: E402
+import distlab
+from distlab.measure import scaling, speedup
+from distlab.parallel import data_parallel as dp
 
 CONFIGS = [dict(model="mlp", width=1024, global_batch_size=896),
            dict(model="mlp", width=4096, global_batch_size=1436),

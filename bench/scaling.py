@@ -15,8 +15,8 @@ parameter tensor after the backward pass, lesson 01's naive way) shows the split
 step into compute, communication and waiting, but pays the all-reduce latency once per
 tensor: on 2 cores it reached about 1.6x where DDP reached about 2.0x for the CNN.
 
-Everything runs through ``distlab.scaling.run_scaling`` (``data_parallel.train`` on real
-ranks; throughput from the first measured step to the last, warm-up steps skipped).  Each
+Everything runs through ``distlab.measure.scaling.run_scaling`` (``data_parallel.train`` on
+real ranks; throughput from the first measured step to the last, warm-up steps skipped).  Each
 round launches 1 process x 1 thread, 1 process x 2 threads and 2 ranks x 1 thread, in
 alternating order; inside a launch the configurations alternate too.  The speedup of a
 round is a ratio of medians; the result is the median over rounds.
@@ -26,15 +26,11 @@ once and prints every speedup sorted (how ``BEST`` was chosen; a few minutes).
 """
 import os
 import statistics
-import sys
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-
-from distlab.measure import scaling, speedup  # noqa: E402
-from distlab import WorkerError  # noqa: E402
+from distlab import WorkerError
+from distlab.measure import scaling, speedup
 
 BEST, PROBE, WORST = speedup.REGIMES["best"], speedup.REGIMES["probe"], speedup.REGIMES["worst"]
 ROUNDS, STEPS, SKIP, REPEATS = 3, 10, 2, 2

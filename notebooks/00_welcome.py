@@ -63,7 +63,8 @@ for r in records:
 
 # %%
 from distlab.data import load_digits
-from distlab.widgets.data_parallel import digits_figure, show
+from distlab.widgets.data_parallel import digits_figure
+from distlab.widgets.display import show
 
 digits = load_digits()
 print(f"{digits.n_train} training and {len(digits.y_test)} test digits, "

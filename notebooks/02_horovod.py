@@ -178,7 +178,7 @@ for records in all_runs:
 #   thread, need the same core as the rank's own computation and wait for their turn. On a GPU
 #   machine the computation runs on the GPU and leaves the CPU to them;
 # * `distlab.launch` gives each CPU rank a core of its own when there are enough
-#   (`bind_cores=True`, the default; see `runtime.bind_to_cores`), except in a container with
+#   (`bind_cores=True`, the default; see `distlab.processes.cores.bind_to_cores`), except in a container with
 #   a CPU quota such as Binder, whose cores are shared with others. Unbound, one rank's helper
 #   threads wake up on the other rank's core and interrupt it. In one measurement here,
 #   binding took a Horovod step from 53 to 45 ms and a DDP step from 44 to 39 ms;
@@ -219,5 +219,5 @@ print("exercise 2: correct")
 # is to Horovod what DDP is to PyTorch. What it changes is how the work is scheduled (a
 # background thread, tensor fusion) and so what each step costs: for a tiny model, its
 # per-cycle overhead dominates; with real computation per step it shrinks to about a tenth on
-# this 2-core machine, where communication and computation share the same cores. Next, **03 · Combining gradients** opens the all-reduce itself: parameter server,
-# ring and tree.
+# this 2-core machine, where communication and computation share the same cores. Next,
+# **03 · Combining gradients** opens the all-reduce itself: parameter server, ring and tree.

@@ -17,12 +17,11 @@
 # %%
 import inspect
 
-from IPython.display import Image
-
 import distlab
 from distlab.comm import collective_runs, collectives, cost_model, measure_costs
 from distlab.parallel.data_parallel import train, train_single
 from distlab.widgets import collectives as pictures, costs
+from distlab.widgets.display import show
 
 # %% [markdown]
 # ## 1. The ring, in 25 lines
@@ -91,9 +90,9 @@ pictures.animation(traces["tree"])
 
 # %%
 for name, t in traces.items():
-    sent = collectives.bytes_sent(t["messages"], 4)
+    sent = cost_model.bytes_sent(t["messages"], 4)
     print(f"{name:17} bytes sent per rank: {sent}")
-Image(pictures.figure_png(pictures.traffic_figure(traces)))
+show(pictures.traffic_figure(traces))
 
 # %% [markdown]
 # The server (and the naive rank 0) sends N−1 = 3 whole tensors; every ring rank sends

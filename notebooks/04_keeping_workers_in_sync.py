@@ -26,6 +26,7 @@ import distlab
 from distlab.parallel import async_sgd, data_parallel, local_sgd
 from distlab.records import max_param_difference
 from distlab.widgets import timeline
+from distlab.widgets.display import show
 
 # every run of this lesson: the same small MLP, data, seed and learning rate
 SETUP = dict(model="mlp", width=64, batch_size=32, lr=0.3, seed=0)
@@ -128,7 +129,8 @@ run = distlab.launch(async_sgd.train, world_size=3, steps=60, straggler=(2, DELA
 server, workers = run[0], run[1:]
 
 # %% tags=["nbval-ignore-output"]
-timeline.timeline_widget(workers, title="asynchronous workers: steps of the slow one, and what the fast one did meanwhile")
+timeline.timeline_widget(
+    workers, title="asynchronous workers: steps of the slow one, and what the fast one did meanwhile")
 
 # %% [markdown]
 # Worker 1 no longer waits for worker 2: its only pause is the exchange with the server
@@ -146,7 +148,7 @@ print("some gradients were computed on old parameters:", max(server.staleness) >
 for w in (1, 2):
     mine = [u.staleness for u in server.updates if u.worker == w]
     print(f"worker {w}: mean staleness {np.mean(mine):.1f}, largest {max(mine)}")
-timeline.as_image(timeline.staleness_figure(server))
+show(timeline.staleness_figure(server))
 
 # %% [markdown]
 # The slow worker's gradients are the stale ones: while it computes one gradient, the fast

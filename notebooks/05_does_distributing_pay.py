@@ -25,11 +25,10 @@ import os
 import time
 import warnings
 
-from IPython.display import Image, display
-
 from distlab.measure import large_batch, scaling, speedup
 from distlab.parallel import data_parallel
 from distlab.widgets import speedup as pictures
+from distlab.widgets.display import show
 
 print(f"this machine has {os.cpu_count()} CPU cores")
 
@@ -119,7 +118,12 @@ for name in REGIMES:
 # (about 20 seconds: three launches).
 
 # %% tags=["nbval-ignore-output"]
-pictures.speedup_widget(rows, key=speedup.config_key(dict(REGIMES["best"], scaling="strong")))
+def measure(config):
+    """What the widget's measure button runs: 1 process (1, then 2 threads), then 2 ranks."""
+    return scaling.run_scaling([config], (1, 2), steps=8, skip=2, repeats=2)
+
+
+pictures.speedup_widget(rows, key=speedup.config_key(dict(REGIMES["best"], scaling="strong")), measure=measure)
 
 # %% [markdown]
 # **Why the regimes differ.** Per step, 2 ranks save half the compute and pay an all-reduce of
@@ -129,8 +133,8 @@ pictures.speedup_widget(rows, key=speedup.config_key(dict(REGIMES["best"], scali
 # saved, so two ranks are **slower than one**. The wide MLP at batch 896 computes for tens of
 # milliseconds per 4.5 MB of gradient: communication is a smaller share. The CNN computes about
 # as long per step, but its gradient is a hundred times smaller (40 kB): communication almost
-# disappears, and on a quiet machine two ranks come close to twice one. Weak scaling helps too: each rank keeps a large batch, so the compute per byte
-# does not halve when a rank is added.
+# disappears, and on a quiet machine two ranks come close to twice one. Weak scaling helps too:
+# each rank keeps a large batch, so the compute per byte does not halve when a rank is added.
 #
 # **By hand or DDP?** This lesson averages by hand (lesson 01: one all-reduce per parameter
 # tensor, after the backward pass) so that communication can be timed apart from compute; each
@@ -170,7 +174,8 @@ with warnings.catch_warnings(record=True) as caught:
 print("warning:", caught[0].message if caught else "none (this machine has 4 or more cores)")
 all_rows = rows + rows4
 alpha, beta = speedup.fit_alpha_beta([r for r in rows if r["world_size"] == 2])
-print(f"fitted: alpha = {alpha * 1e6:.0f} us per all-reduce round, 1/beta = {1 / beta / 1e9 if beta else float('inf'):.2f} GB/s\n")
+bandwidth = 1 / beta / 1e9 if beta else float("inf")
+print(f"fitted: alpha = {alpha * 1e6:.0f} us per all-reduce round, 1/beta = {bandwidth:.2f} GB/s\n")
 print(f"{'regime':<7}{'serial s':>9}{'N':>3}{'measured':>10}{'Amdahl':>8}{'alpha-beta':>12}")
 for name in ("worst", "best"):
     key = speedup.config_key(dict(REGIMES[name], scaling="strong"))
@@ -214,7 +219,7 @@ acc = {(r["world_size"], r["rule"]): r["accuracy"] for r in big}
 for n in (1, 2, 4, 8):
     print(f"N = {n}: " + ", ".join(f"{rule} {acc[n, rule]:.2f}"
                                    for rule in ("same lr", "linear scaling", "linear + warm-up")))
-display(Image(pictures.figure_png(pictures.large_batch_figure(big))))
+show(pictures.large_batch_figure(big))
 assert acc[8, "same lr"] < acc[1, "same lr"] - 0.2          # fewer steps, same rate: it learns less
 assert acc[4, "linear scaling"] > acc[4, "same lr"] + 0.1   # the linear rule wins most of it back
 assert acc[8, "linear scaling"] < acc[4, "linear scaling"]  # ... until the rate is too large
@@ -239,8 +244,12 @@ assert acc[8, "linear scaling"] < acc[4, "linear scaling"]  # ... until the rate
 # Distributing has costs besides the clock. Each one below comes with a number from this lesson.
 
 # %% tags=["nbval-ignore-output"]
-worst = {r["world_size"]: r for r in table if speedup.config_key(r) == speedup.config_key(dict(REGIMES["worst"], scaling="strong"))}
-best = {r["world_size"]: r for r in table if speedup.config_key(r) == speedup.config_key(dict(REGIMES["best"], scaling="strong"))}
+def regime_rows(name):
+    key = speedup.config_key(dict(REGIMES[name], scaling="strong"))
+    return {r["world_size"]: r for r in table if speedup.config_key(r) == key}
+
+
+worst, best = regime_rows("worst"), regime_rows("best")
 measured_seconds = sum(r["step_s"] * 6 for r in rows)        # the timed steps of every run
 print("OVERHEAD")
 print(f"  the 3 launches took {elapsed:.0f} s; the timed training steps in them {measured_seconds:.1f} s")
@@ -248,7 +257,8 @@ print(f"  even alone, the small MLP's all-reduce costs {worst[1]['comm_s'] * 1e3
       f"({worst[1]['comm_s'] / worst[1]['compute_s']:.1f}x its compute); with 2 ranks it waits and "
       f"talks {worst[2]['comm_to_compute']:.1f}x its compute")
 print("COMPLEXITY")
-lines = lambda f: len(inspect.getsource(f).splitlines())
+def lines(f):
+    return len(inspect.getsource(f).splitlines())
 print(f"  data_parallel.train is {lines(data_parallel.train)} lines; train_single, the same maths in "
       f"one process, {lines(data_parallel.train_single)}")
 print("DEBUGGING")

@@ -1,33 +1,11 @@
 import os
 import sys
 
-import psutil
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Workers import test helper modules (tests/workers.py) by name.
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-
-
-def alive(pids):
-    """The pids in ``pids`` that are still running (zombies count as gone)."""
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def children():
-    """The pids of every process this test process started, however deep."""
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def read_pids(pid_dir):
-    return [int(open(os.path.join(pid_dir, f)).read()) for f in os.listdir(pid_dir) if f.endswith(".pid")]
+# Test modules and the worker processes they start import tests/helpers.py and tests/workers.py
+# by name.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -35,31 +13,3 @@ def pid_dir(tmp_path):
     d = tmp_path / "pids"
     d.mkdir()
     return str(d)
-
-
-def launch_forever_in_subprocess(tmp_path, pid_dir, backend="torchrun", wait=120):
-    """Start ``workers.run_forever`` on 2 ranks from a separate Python process that stands in
-    for a notebook kernel; return it and the ranks' pids once both ranks are running.
-
-    The process exits with code 3 and prints ``INTERRUPTED: <message>`` on Ctrl-C.
-    """
-    import subprocess
-    import sys
-    import time
-
-    script = tmp_path / "kernel.py"
-    script.write_text(
-        "import sys; sys.path.insert(0, %r)\n"
-        "import distlab, workers\n"
-        "try:\n"
-        "    distlab.launch(workers.run_forever, world_size=2, backend=%r, pid_dir=%r, progress='text')\n"
-        "except KeyboardInterrupt as e:\n"
-        "    print('INTERRUPTED:', e, flush=True); sys.exit(3)\n" % (os.path.join(ROOT, "tests"), backend, pid_dir))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=ROOT)
-    deadline = time.time() + wait
-    while len(os.listdir(pid_dir)) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    pids = read_pids(pid_dir)
-    assert len(pids) == 2 and len(alive(pids)) == 2, proc.stdout.read() if proc.poll() is not None else ""
-    return proc, pids

@@ -14,7 +14,7 @@ import pytest
 import distlab
 import horovod_workers
 import workers
-from conftest import ROOT, alive, children, launch_forever_in_subprocess, read_pids
+from helpers import ROOT, alive, children, launch_forever_in_subprocess, read_pids
 from distlab.parallel import data_parallel as dp
 from distlab import doctor
 from distlab.processes.horovod_backend import horovodrun_command
@@ -47,7 +47,7 @@ def test_without_horovod_the_error_is_clear_and_doctor_says_so(monkeypatch):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(world_size=0), "world_size must be an integer >= 1"),
+    (dict(world_size=0), "world_size must be a positive integer"),
     (dict(world_size=3, global_batch_size=64), "does not divide among 3 ranks"),
     (dict(world_size=2, batch_size=8, method="magic"), "unknown method"),
     (dict(world_size=2, batch_size=8, timeout=-1), "timeout must be a positive"),

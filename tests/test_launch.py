@@ -7,7 +7,7 @@ import time
 import pytest
 
 import distlab
-from conftest import alive, children, launch_forever_in_subprocess, read_pids
+from helpers import alive, children, launch_forever_in_subprocess, read_pids
 from distlab.parallel import data_parallel as dp
 import workers
 
@@ -96,8 +96,8 @@ def not_importable_fn(worker):
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(world_size=0), ValueError, "world_size must be an integer >= 1"),
-    (dict(world_size=2.5), ValueError, "world_size must be an integer"),
+    (dict(world_size=0), ValueError, "world_size must be a positive integer"),
+    (dict(world_size=2.5), ValueError, "world_size must be a positive integer"),
     (dict(world_size=5000), ValueError, "larger than the training set"),
     (dict(world_size=3, global_batch_size=64), ValueError, "does not divide among 3 ranks"),
     (dict(world_size=2, batch_size=0), ValueError, "batch_size must be a positive integer"),
@@ -117,7 +117,6 @@ def test_bad_input_fails_fast_and_clearly(kwargs, error, match):
 
 
 def test_functions_that_workers_cannot_import_are_refused():
-    import __main__
     def nested(worker):
         return 0
     with pytest.raises(ValueError, match="lambda or nested function"):
@@ -193,3 +192,29 @@ def test_a_killed_notebook_kernel_takes_its_workers_with_it(tmp_path, pid_dir):
     while alive(pids) and time.time() < deadline:
         time.sleep(0.2)
     assert alive(pids) == []
+
+
+# ---- arguments bound to the training function's signature, before any process starts ---------
+@pytest.mark.parametrize("fn, kwargs, match", [
+    (dp.train, dict(global_batchsize=64), r"train\(\) has no argument 'global_batchsize' "
+                                          r"\(did you mean 'global_batch_size'\?\); it takes: method, model"),
+    (dp.train, dict(global_batch_size=64, lr="fast"), r"lr must be a positive number, got 'fast'"),
+    (dp.train, dict(global_batch_size=64, steps=2.5), r"steps must be a positive integer, got 2.5"),
+    (dp.train, dict(global_batch_size=64, width="wide"), r"width must be a positive integer, got 'wide'"),
+    (workers.annotated, dict(), r"annotated\(\) needs the argument\(s\) steps"),
+    (workers.annotated, dict(steps="3"), r"steps='3': annotated\(\) expects an int, got str"),
+    (workers.annotated, dict(steps=3, rate="fast"), r"rate='fast': annotated\(\) expects a number, got str"),
+    (workers.annotated, dict(steps=3, layers="fc1"), r"layers='fc1': annotated\(\) expects a list or None"),
+    (workers.annotated, dict(steps=True), r"steps=True: annotated\(\) expects an int, got bool"),
+])
+def test_arguments_are_checked_against_the_signature_within_a_second(fn, kwargs, match):
+    before = children()
+    t0 = time.time()
+    with pytest.raises(ValueError, match=match):
+        distlab.launch(fn, world_size=2, progress="none", **kwargs)
+    assert time.time() - t0 < 1.0 and children() - before == set()
+
+
+def test_well_typed_arguments_reach_the_ranks():
+    recs = distlab.launch(workers.annotated, world_size=2, steps=3, rate=1, layers=["fc1"], progress="none")
+    assert [(r["steps"], r["rate"], r["layers"]) for r in recs] == [(3, 1, ["fc1"])] * 2

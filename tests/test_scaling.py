@@ -153,12 +153,15 @@ def test_large_batch_study_rows():
 # one tiny real measurement, through the widget's "measure" button
 # ---------------------------------------------------------------------------------------------
 def test_widget_measures_for_real_and_draws():
-    view = sw.speedup_widget(steps=4, skip=1, repeats=1)
+    def measure(config):            # what lesson 05 hands the widget, with fewer steps
+        return scaling.run_scaling([config], (1, 2), steps=4, skip=1, repeats=1)
+
+    view = sw.speedup_widget(measure=measure)
     assert "0 configuration" in repr(view) and "image/png" not in view._repr_mimebundle_()
     view.model.value = "cnn"
     assert list(view.width.options) == sw.WIDTHS["cnn"]
     view.width.value, view.batch.value = 8, 64
-    view.measure()
+    view.button.click()
     assert not view.status.value.startswith("failed"), view.status.value
     rows = view.rows
     # 1 process at 1 and 2 threads, then 2 ranks at 1 thread

@@ -6,7 +6,7 @@ import subprocess
 import time
 import urllib.request
 
-from conftest import ROOT
+from helpers import ROOT
 from distlab.processes.checks import free_port
 
 

@@ -74,7 +74,7 @@ def test_timeline_widget_draws_records_and_has_a_static_picture(straggler_runs):
     assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["image/png"]
     first = bytes(view.image.value)
     assert first.startswith(b"\x89PNG")
-    view.control.value = (10, 15)                  # moving the slider redraws
+    view.controls[0].value = (10, 15)              # moving the slider redraws
     assert repr(view) == "<timeline of 3 ranks, steps 10-15 of 16>"
     assert bytes(view.image.value) != first
     with pytest.raises(ValueError, match="steps must satisfy"):
@@ -125,7 +125,7 @@ def test_async_workers_see_the_synchronous_data_and_learn(async_run):
     for w, shard in zip(async_run[1:], sync_shards):
         assert w.shard.equal(shard)
     assert server.test_accuracy > 0.6
-    curve = async_sgd.curve_async(server)
+    curve = tl.curve_async(server)
     assert len(curve["loss"]) == 120 and curve["samples"][-1] == 120 * 32
     assert np.mean(curve["loss"][-10:]) < np.mean(curve["loss"][:10])
     assert all(b >= a for a, b in zip(curve["seconds"], curve["seconds"][1:]))
@@ -142,7 +142,7 @@ def test_sync_and_async_pictures(async_run, straggler_runs):
     view = tl.convergence_widget(plain, async_run[0])
     assert repr(view) == "<loss and accuracy against samples: synchronous vs asynchronous>"
     first = bytes(view.image.value)
-    view.control.value = "seconds"
+    view.controls[0].value = "seconds"
     assert bytes(view.image.value) != first
     fig = tl.convergence_figure(plain, async_run[0], "updates")
     assert [a.get_ylabel() for a in fig.axes] == ["mini-batch loss", "mini-batch accuracy"]

@@ -37,12 +37,14 @@ def control(widget, description):
 
 
 def shown_png(widget) -> str:
-    """The PNG the widget's Output currently shows (base64), exactly one image."""
-    from ipywidgets import Output
+    """The PNG the widget's Image currently shows (base64), exactly one picture."""
+    import base64
 
-    outs = [c for c in widget.children if isinstance(c, Output)]
-    assert len(outs) == 1 and len(outs[0].outputs) == 1, "expected one Output showing one picture"
-    return outs[0].outputs[0]["data"]["image/png"]
+    from ipywidgets import Image
+
+    images = [c for c in widget.children if isinstance(c, Image)]
+    assert len(images) == 1 and images[0].value[:4] == b"\x89PNG", "expected one Image showing a PNG"
+    return base64.b64encode(images[0].value).decode()
 
 
 def test_partition_widget_draws_what_the_ranks_recorded(run, digits):

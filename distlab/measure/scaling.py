@@ -28,6 +28,8 @@ import torch
 from ..parallel.data_parallel import train
 
 TRAINING = dict(lr=0.01, record_grads_at=())   # timing only: a small step, no gradients kept
+
+
 # ---------------------------------------------------------------------------------------------
 # Measuring: a training function run on every rank
 # ---------------------------------------------------------------------------------------------
@@ -110,8 +112,6 @@ def split_step_times(timeline: torch.Tensor, batch_size: int, skip: int) -> dict
         other = step_s - compute - wait - comm
     return dict(samples_per_s=world * batch_size / step_s, step_s=step_s,
                 compute_s=compute, comm_s=comm, wait_s=wait, other_s=other)
-
-
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,7 +37,6 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..data import load_digits, rank_batch
 from ..models import DTYPES, build_model
-from ..records import RankRecord
 from .data_parallel import per_rank_batch
 from .loop import Run, Strategy, check_settings, evaluate, start, train_steps
 
@@ -178,7 +177,7 @@ def serve(worker, net, config) -> ServerRecord:
 
 
 # -------------------------------------------------------------------------------------------
-# reading the records
+# reading the records (the loss curves the lesson draws: widgets/timeline.py, curve_async)
 # -------------------------------------------------------------------------------------------
 def staleness_counts(server: ServerRecord) -> dict[int, int]:
     """Lesson 04: how many applied gradients had staleness 0, 1, 2, ..."""
@@ -186,38 +185,3 @@ def staleness_counts(server: ServerRecord) -> dict[int, int]:
     for s in server.staleness:
         counts[s] = counts.get(s, 0) + 1
     return dict(sorted(counts.items()))
-
-
-def curve_async(server: ServerRecord, window: int | None = None) -> dict[str, list[float]]:
-    """Lesson 04: loss and accuracy per update, against updates, samples seen and seconds.
-
-    Loss and accuracy are the workers' mini-batch values, averaged over a sliding ``window``
-    of updates (default: the number of workers, one "round"), so that they compare with a
-    synchronous step, which averages that many mini-batches.
-    """
-    window = window or server.config["workers"]
-    b = server.config["batch_size"]
-    ups = server.updates
-
-    def smooth(values):
-        return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
-                for i in range(len(values))]
-
-    return dict(updates=[u.version for u in ups], samples=[u.version * b for u in ups],
-                seconds=[u.time - server.t_first for u in ups],
-                loss=smooth([u.loss for u in ups]), accuracy=smooth([u.accuracy for u in ups]))
-
-
-def curve_sync(records: list[RankRecord]) -> dict[str, list[float]]:
-    """Lesson 04: the same curves for a synchronous run: one update per step of all ranks.
-
-    The loss of a step is the mean of the ranks' mini-batch losses (the loss of the global
-    batch); seconds count from the first rank's first step.
-    """
-    n = min(len(r.steps) for r in records)
-    t0 = min(r.steps[0].t_start for r in records)
-    per_step = sum(r.config["batch_size"] for r in records)
-    return dict(updates=[s + 1 for s in range(n)], samples=[(s + 1) * per_step for s in range(n)],
-                seconds=[max(r.steps[s].t_end for r in records) - t0 for s in range(n)],
-                loss=[sum(r.steps[s].loss for r in records) / len(records) for s in range(n)],
-                accuracy=[sum(r.steps[s].accuracy for r in records) / len(records) for s in range(n)])

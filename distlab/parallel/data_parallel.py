@@ -118,8 +118,9 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
     """Lesson 01: the reference, one process at the global batch that ``world_size`` ranks share.
 
     Runs in the calling process, as a ``Worker`` of its own with no job, through the same
-    loop with the base ``Strategy`` (nothing to communicate).  At every step it takes exactly the union of the ranks' mini-batches
-    (``global_batch``), so its parameters are what data parallelism must give.
+    loop with the base ``Strategy`` (nothing to communicate).  At every step it takes exactly
+    the union of the ranks' mini-batches (``global_batch``), so its parameters are what data
+    parallelism must give.
     ``grads[step][layer]["local"]`` and ``["average"]`` both hold the big-batch gradient.
     """
     b = validate_args(world_size, method="by_hand", collective="dist", model=model, width=width,

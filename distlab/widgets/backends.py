@@ -23,14 +23,12 @@ from __future__ import annotations
 import statistics
 
 import ipywidgets as W
-from IPython.display import Image
 from matplotlib.figure import Figure
 
-from .data_parallel import FIG_WIDTH, PictureBox, figure_png
+from .display import BACKEND_COLOURS, BLACK, PART_COLOURS, WIDTH, LiveFigure
 
-# Okabe-Ito colours: distinguishable with the common forms of colour blindness.
-PART_COLOURS = {"forward + backward": "#0072B2", "after backward": "#D55E00"}
-BACKEND_COLOURS = {"torchrun": "#56B4E9", "horovod": "#E69F00"}
+# a step split in two, in the colours of what mostly happens in each part
+SPLIT_COLOURS = {"forward + backward": PART_COLOURS["compute"], "after backward": PART_COLOURS["communication"]}
 METHOD_STYLES = {"by_hand": "--", "ddp": "-"}
 
 
@@ -48,13 +46,14 @@ def step_split(records, steps: tuple[int, int] | None = None) -> dict[str, float
 
 
 def label(records) -> str:
+    """Lesson 02: how a run is named in the table and the legends ("torchrun · DDP")."""
     r = records[0]
     wrapper = {"torchrun": "DDP", "horovod": "DistributedOptimizer"}.get(r.backend, r.method)
     return f"{r.backend} · {'by hand' if r.method == 'by_hand' else wrapper}"
 
 
 def comparison_table(runs: list, steps: tuple[int, int] | None = None) -> str:
-    """One line per run: mean step time, its two parts, and samples per second."""
+    """Lesson 02: one line per run: mean step time, its two parts, and samples per second."""
     lines = []
     for records in runs:
         split = step_split(records, steps)
@@ -66,14 +65,14 @@ def comparison_table(runs: list, steps: tuple[int, int] | None = None) -> str:
 
 
 def comparison_figure(runs: list, steps: tuple[int, int] | None = None) -> Figure:
-    """Left: the mean step of each run, split in two.  Right: every step's duration."""
+    """Lesson 02: left, the mean step of each run split in two; right, every step's duration."""
     first, last = steps or (0, len(runs[0][0].steps) - 1)
-    fig = Figure(figsize=(FIG_WIDTH, 0.55 * len(runs) + 2.6))
+    fig = Figure(figsize=(WIDTH, 0.55 * len(runs) + 2.6))
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     names = [label(records) for records in runs]
     for y, records in enumerate(runs):
         split, start = step_split(records, (first, last)), 0.0
-        for part, colour in PART_COLOURS.items():
+        for part, colour in SPLIT_COLOURS.items():
             left.barh(y, split[part], left=start, color=colour, label=part if y == 0 else None)
             start += split[part]
         left.text(start, y, f" {start:.1f} ms", va="center", fontsize=9)
@@ -86,7 +85,7 @@ def comparison_figure(runs: list, steps: tuple[int, int] | None = None) -> Figur
         durations = [1e3 * max(r.steps[i].t_end - r.steps[i].t_start for r in records)
                      for i in range(first, last + 1)]
         right.plot(range(first, last + 1), durations, METHOD_STYLES.get(records[0].method, "-"),
-                   color=BACKEND_COLOURS.get(records[0].backend, "#000000"), lw=1.2, label=label(records))
+                   color=BACKEND_COLOURS.get(records[0].backend, BLACK), lw=1.2, label=label(records))
     right.set_yscale("log")
     right.set_xlabel("step")
     right.set_ylabel("time per step (ms, log scale)")
@@ -96,22 +95,14 @@ def comparison_figure(runs: list, steps: tuple[int, int] | None = None) -> Figur
     return fig
 
 
-def comparison_widget(runs: list, steps: tuple[int, int] | None = None) -> PictureBox:
+def comparison_widget(runs: list, steps: tuple[int, int] | None = None) -> LiveFigure:
     """Lesson 02: the comparison, with a slider for the steps it looks at (warm-up in or out)."""
     n = len(runs[0][0].steps)
     first, last = steps or (min(10, n - 1), n - 1)
     slider = W.IntRangeSlider(value=(first, last), min=0, max=n - 1, description="steps",
                               continuous_update=False, layout=W.Layout(width="60%"))
-    out, text = W.Output(), W.HTML()
 
-    def redraw(_=None):
-        lo, hi = slider.value
-        out.outputs = ()
-        out.append_display_data(Image(figure_png(comparison_figure(runs, (lo, hi))), format="png"))
-        text.value = f"<pre>{comparison_table(runs, (lo, hi))}</pre>"
-        box.summary = comparison_table(runs, (lo, hi))
+    def table(steps):
+        return comparison_table(runs, tuple(steps))
 
-    box = PictureBox([slider], out, text)
-    slider.observe(redraw, names="value")
-    redraw()
-    return box
+    return LiveFigure([slider], lambda steps: comparison_figure(runs, tuple(steps)), table, caption=table)

@@ -17,10 +17,9 @@ reads records; it never runs a collective.
 """
 from __future__ import annotations
 
-import base64
-import io
 import math
 
+import ipywidgets as W
 from matplotlib.figure import Figure
 from matplotlib.patheffects import withStroke
 from matplotlib.collections import PatchCollection
@@ -29,24 +28,18 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from ..comm import cost_model as M
 from ..comm.cost_model import BASELINE
 from ..comm.cost_model import ALGORITHMS, PHASE_ORDER, bytes_sent
+from .display import ALGORITHM_COLOURS, NARROW, WIDTH, LiveFigure, figure_png, rank_colour
 
-# Okabe & Ito's palette: distinct for the common colour-vision deficiencies.
-RANK_COLOURS = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
-ALGORITHM_STYLE = {"naive": ("#D55E00", "s", ":"), "parameter_server": ("#CC79A7", "^", "--"),
-                   "ring": ("#0072B2", "o", "-"), "tree": ("#009E73", "D", "-."),
-                   BASELINE: ("#000000", "x", "")}
+# each algorithm's colour, marker and line style, the same in every picture
+ALGORITHM_STYLE = {name: (ALGORITHM_COLOURS[name], marker, line) for name, marker, line in
+                   [("naive", "s", ":"), ("parameter_server", "^", "--"), ("ring", "o", "-"),
+                    ("tree", "D", "-."), (BASELINE, "x", "")]}
 EXPLAIN = {"reduce": "partial sums travel towards rank 0 and are added",
            "push": "every worker pushes its whole tensor to the server (rank 0), which adds them",
            "reduce-scatter": "each rank adds the chunk it receives into its own",
            "all-gather": "finished chunks travel on and are stored",
            "pull": "the server sends the sum back to every worker",
            "broadcast": "the sum travels out and is stored"}
-
-
-def figure_png(fig: Figure, dpi: int = 80) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,7 +60,7 @@ def _cells(message: dict, starts: list[int]) -> range:
 
 
 def frames(trace: dict) -> list[dict]:
-    """The state of every rank before the first step and after each step of a merged trace.
+    """Lesson 03: the state of every rank before the first step and after each step of a merged trace.
 
     ``values[r][i]`` is the number rank r held (the recorded ``after`` of the last message
     it received, else its input); ``who[r][i]`` the ranks whose input is added into it.
@@ -93,6 +86,7 @@ def frames(trace: dict) -> list[dict]:
 
 
 def frame_title(trace: dict, frame: dict) -> str:
+    """Lesson 03: what a frame shows, in words (its title)."""
     name = trace["algorithm"].replace("_", " ")
     if frame["phase"] == "start":
         return f"{name}, {trace['world_size']} ranks: every rank starts with its own numbers"
@@ -105,7 +99,7 @@ def _number(v: float) -> str:
 
 
 def describe(trace: dict) -> str:
-    """The whole animation as text: what each rank holds after each step."""
+    """Lesson 03: the whole animation as text: what each rank holds after each step."""
     n_ranks = trace["world_size"]
     sent = bytes_sent(trace["messages"], n_ranks)
     lines = [f"{trace['algorithm']} all-reduce on {n_ranks} ranks: {len(trace['messages'])} messages, "
@@ -123,7 +117,7 @@ def describe(trace: dict) -> str:
 # drawing one frame, and all of them
 # ---------------------------------------------------------------------------------------------
 def draw_frame(ax, trace: dict, frame: dict, changed: set | None = None) -> None:
-    """One state: rows of cells (colours = contributing ranks, text = the number), arrows = messages."""
+    """Lesson 03: one state: rows of cells (colours = contributing ranks, text = the number), arrows = messages."""
     n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
     edges = _chunk_starts(trace)                           # chunk c spans edges[c]..edges[c+1]
     bars, colours, cells, widths = [], [], [], []          # drawn as two collections: fast
@@ -131,12 +125,12 @@ def draw_frame(ax, trace: dict, frame: dict, changed: set | None = None) -> None
         y = n_ranks - 1 - r
         ax.text(-0.25, y + 0.5, f"rank {r}", ha="right", va="center", fontsize=9, fontweight="bold")
         bars.append(Rectangle((-0.22, y + 0.1), 0.12, 0.8))
-        colours.append(RANK_COLOURS[r % 8])
+        colours.append(rank_colour(r))
         for i in range(numel):
             ranks = sorted(frame["who"][r][i])
             for k, source in enumerate(ranks):     # the bottom of the cell: one colour per contributor
                 bars.append(Rectangle((i + k / len(ranks), y + 0.05), 1 / len(ranks), 0.38))
-                colours.append(RANK_COLOURS[source % 8])
+                colours.append(rank_colour(source))
             cells.append(Rectangle((i, y + 0.05), 1, 0.9))
             widths.append(2.4 if (r, i) in (changed or ()) else 0.6)
             ax.text(i + 0.5, y + 0.68, _number(frame["values"][r][i]), ha="center", va="center", fontsize=8)
@@ -151,7 +145,7 @@ def draw_frame(ax, trace: dict, frame: dict, changed: set | None = None) -> None
         ax.add_patch(FancyArrowPatch((numel + 0.15, y_src), (numel + 0.15, y_dst),
                                      connectionstyle=f"arc3,rad={-bend if y_dst < y_src else bend}",
                                      arrowstyle="-|>", mutation_scale=12, lw=1.4,
-                                     color=RANK_COLOURS[m["src"] % 8],
+                                     color=rank_colour(m["src"]),
                                      path_effects=[withStroke(linewidth=2.6, foreground="black")]))
     if trace["algorithm"] == "ring":
         for c in range(n_ranks):
@@ -177,7 +171,7 @@ def frame_figure(trace: dict, index: int) -> Figure:
     """Lesson 03: frame ``index`` of the animation as a figure."""
     frame = frames(trace)[index]
     n_ranks, numel = trace["world_size"], len(trace["inputs"][0])
-    fig = Figure(figsize=(min(9.5, 2.6 + 0.75 * numel), 0.9 + 0.55 * n_ranks), layout="constrained")
+    fig = Figure(figsize=(min(WIDTH, 2.6 + 0.75 * numel), 0.9 + 0.55 * n_ranks), layout="constrained")
     ax = fig.add_subplot()
     draw_frame(ax, trace, frame, _changed_cells(trace, frame))
     ax.set_title(frame_title(trace, frame) + "\n" + _message_text(frame), fontsize=9, loc="left")
@@ -189,7 +183,7 @@ def storyboard_figure(trace: dict, columns: int = 2) -> Figure:
     all_frames = frames(trace)
     n_ranks = trace["world_size"]
     rows = math.ceil(len(all_frames) / columns)
-    fig = Figure(figsize=(9.5, rows * (0.75 + 0.42 * n_ranks)), layout="constrained")
+    fig = Figure(figsize=(WIDTH, rows * (0.75 + 0.42 * n_ranks)), layout="constrained")
     for k, frame in enumerate(all_frames):
         ax = fig.add_subplot(rows, columns, k + 1)
         draw_frame(ax, trace, frame, _changed_cells(trace, frame))
@@ -199,44 +193,23 @@ def storyboard_figure(trace: dict, columns: int = 2) -> Figure:
     return fig
 
 
-class AnimationView:
-    """A play button and a step slider over the frames of a real all-reduce."""
+def animation(trace: dict) -> LiveFigure:
+    """Lesson 03: step through one algorithm's merged trace (``distlab.collective_runs.merge_traces``).
 
-    def __init__(self, trace: dict):
-        import ipywidgets as W
-
-        self.trace, self.count = trace, len(frames(trace))
-        self._cache: dict[int, bytes] = {}                  # frame -> PNG, drawn once
-        self.slider = W.IntSlider(value=0, min=0, max=self.count - 1, description="step")
-        self.play = W.Play(value=0, min=0, max=self.count - 1, interval=1400, description="play")
-        W.jslink((self.play, "value"), (self.slider, "value"))
-        self.image = W.Image(format="png", value=self.png(0))
-        self.slider.observe(lambda change: setattr(self.image, "value", self.png(change["new"])),
-                            names="value")
-        self.box = W.VBox([W.HBox([self.play, self.slider]), self.image])
-
-    def png(self, index: int) -> bytes:
-        if index not in self._cache:
-            self._cache[index] = figure_png(frame_figure(self.trace, index))
-        return self._cache[index]
-
-    def __repr__(self) -> str:
-        return describe(self.trace)
-
-    def _repr_mimebundle_(self, **kwargs):
-        data = self.box._repr_mimebundle_(**kwargs)
-        data["text/plain"] = repr(self)
-        data["image/png"] = base64.b64encode(figure_png(storyboard_figure(self.trace), dpi=64)).decode()
-        return data
-
-
-def animation(trace: dict) -> AnimationView:
-    """Lesson 03: step through one algorithm's merged trace (``distlab.collective_runs.merge_traces``)."""
+    A step slider above the picture, a play button below it; frames are drawn once and kept.
+    Without a widget manager the cell shows every frame at once and the whole run as text.
+    """
     if not trace["messages"] and trace["world_size"] > 1:
         raise ValueError("this trace has no messages: was it recorded with trace_values=True?")
     if any("after" not in m for m in trace["messages"]):
         raise ValueError("the messages carry no values: record them with collective_runs.trace")
-    return AnimationView(trace)
+    last = len(frames(trace)) - 1
+    slider = W.IntSlider(value=0, min=0, max=last, description="step")
+    play = W.Play(value=0, min=0, max=last, interval=1400, description="play")
+    W.jslink((play, "value"), (slider, "value"))
+    return LiveFigure([slider], lambda step: frame_figure(trace, step), lambda _: describe(trace),
+                      extra=[play], cache=True,
+                      static=lambda: figure_png(storyboard_figure(trace), dpi=64))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,7 +217,7 @@ def animation(trace: dict) -> AnimationView:
 # ---------------------------------------------------------------------------------------------
 def traffic_figure(traces: dict) -> Figure:
     """Lesson 03: the bytes each rank sent in real runs, in units of the tensor's size."""
-    fig = Figure(figsize=(7.5, 2.8), layout="constrained")
+    fig = Figure(figsize=(NARROW, 2.8), layout="constrained")
     ax = fig.add_subplot()
     names = [a for a in ALGORITHMS if a in traces]
     n_ranks = traces[names[0]]["world_size"]

@@ -9,15 +9,17 @@ a PNG plus a plain-text account.
 """
 from __future__ import annotations
 
-import base64
+import dataclasses
 import math
 
+import ipywidgets as W
 from matplotlib.figure import Figure
 
 from ..comm import cost_model as M
 from ..comm.cost_model import ALGORITHMS
 from ..comm.cost_model import BASELINE, best
-from .collectives import ALGORITHM_STYLE, figure_png
+from .collectives import ALGORITHM_STYLE
+from .display import WIDTH, LiveFigure
 
 
 def cost_figure(link, world_size: int, numel: int, measurements=(), max_world: int = 64) -> Figure:
@@ -27,7 +29,7 @@ def cost_figure(link, world_size: int, numel: int, measurements=(), max_world: i
     ``world_size`` ranks (markers: ``measurements`` made on that many ranks, best repetition).
     Right: time against N for a tensor of ``numel`` floats.
     """
-    fig = Figure(figsize=(9.5, 3.2), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 3.2), layout="constrained")
     ax_bytes, ax_size, ax_world = fig.subplots(1, 3)
     worlds = list(range(2, max_world + 1))
     sizes = [int(10 ** (e / 4)) for e in range(8, 33)]          # 100 .. 1e8 floats
@@ -61,14 +63,10 @@ def cost_figure(link, world_size: int, numel: int, measurements=(), max_world: i
     return fig
 
 
-class CostExplorer:
-    """Sliders for N and tensor size, a choice of hardware; the three cost pictures below."""
+class CostExplorer(LiveFigure):
+    """Lesson 03: sliders for N and tensor size, a choice of hardware; the three cost pictures below."""
 
     def __init__(self, link, measurements=(), world_size: int = 4, numel: int = 1_000_000):
-        import dataclasses
-
-        import ipywidgets as W
-
         self.machine, self.measurements = link, list(measurements)
         self.cluster = dataclasses.replace(link, lanes=None)
         self.world = W.IntSlider(value=world_size, min=2, max=64, description="ranks N",
@@ -76,30 +74,22 @@ class CostExplorer:
         self.numel = W.IntSlider(value=round(math.log10(numel)), min=2, max=8, description="10^ floats",
                                  continuous_update=False)
         self.hardware = W.ToggleButtons(options=["this machine", "a cluster"], description="hardware")
-        self.image = W.Image(format="png", value=self.png())
-        for control in (self.world, self.numel, self.hardware):
-            control.observe(lambda _: setattr(self.image, "value", self.png()), names="value")
-        self.box = W.VBox([W.HBox([self.world, self.numel]), self.hardware, self.image])
+        super().__init__([self.world, self.numel, self.hardware], self.figure, self.predictions)
 
     @property
     def link(self):
         return self.machine if self.hardware.value == "this machine" else self.cluster
 
-    def png(self) -> bytes:
-        return figure_png(cost_figure(self.link, self.world.value, 10 ** self.numel.value, self.measurements))
+    def figure(self, n: int, exponent: int, _hardware: str) -> Figure:
+        return cost_figure(self.link, n, 10 ** exponent, self.measurements)
 
-    def __repr__(self) -> str:
-        n, numel = self.world.value, 10 ** self.numel.value
-        lines = [f"predicted all-reduce of {numel:.0e} floats on {n} ranks ({self.hardware.value}):"]
+    def predictions(self, n: int, exponent: int, hardware: str) -> str:
+        """What the model predicts for the chosen N, size and hardware, one line per algorithm."""
+        numel = 10 ** exponent
+        lines = [f"predicted all-reduce of {numel:.0e} floats on {n} ranks ({hardware}):"]
         lines += [f"  {a:<17} {M.predict_time(a, n, numel, self.link) * 1e3:9.2f} ms, busiest rank sends "
                   f"{max(M.bytes_per_rank(a, n, numel)) / (4 * numel):.2f} x the tensor" for a in ALGORITHMS]
         return "\n".join(lines)
-
-    def _repr_mimebundle_(self, **kwargs):
-        data = self.box._repr_mimebundle_(**kwargs)
-        data["text/plain"] = repr(self)
-        data["image/png"] = base64.b64encode(self.image.value).decode()
-        return data
 
 
 def cost_explorer(link, measurements=(), world_size: int = 4, numel: int = 1_000_000) -> CostExplorer:

@@ -11,69 +11,19 @@ Two widgets, each a row of controls above a picture:
   average, and the gradient of one process that saw the whole global batch.  It reads
   the records of a real run and nothing else.
 
-Figures are drawn with ``matplotlib.figure.Figure`` (not ``pyplot``) and shown as PNG
-images inside an ``ipywidgets.Output``: nothing leaks into the cell as ``<Figure ...>``
-text.  A ``PictureBox`` also puts its first picture into the cell's output as a plain PNG,
-so a saved notebook shows it in viewers that cannot run widgets.
+Both are a ``display.LiveFigure``: controls above a picture, which a viewer without
+widgets sees as a PNG and a line of text.
 """
 from __future__ import annotations
-
-import io
 
 import ipywidgets as W
 import numpy as np
 import torch
-from IPython.display import Image, display
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-# Okabe & Ito's palette: the eight colours stay distinct for the common colour-vision deficiencies.
-RANK_COLOURS = ["#E69F00", "#56B4E9", "#009E73", "#F0E442",
-                "#0072B2", "#D55E00", "#CC79A7", "#000000"]
-GRADIENT_CMAP = "PuOr"        # diverging: sign is colour, size is depth; scale kept symmetric
-FIG_WIDTH = 9.5               # inches: fits a laptop screen next to the notebook margin
-
-
-def rank_colour(rank: int) -> str:
-    return RANK_COLOURS[rank % len(RANK_COLOURS)]
-
-
-def figure_png(fig: Figure, dpi: int = 80) -> bytes:
-    """The figure as PNG bytes (the form the widgets display and the tests compare)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def show(fig: Figure) -> None:
-    """Lesson 00: display a figure in the notebook as a PNG image."""
-    display(Image(figure_png(fig), format="png"))
-
-
-class PictureBox(W.VBox):
-    """Controls above a picture.  Live front-ends show the widget; others get its picture.
-
-    A cell's output carries several forms of the same thing; JupyterLab prefers the live
-    widget, a viewer without widgets (or a test runner) takes the PNG and the text line.
-    """
-
-    def __init__(self, controls, out, *rest, summary: str = ""):
-        super().__init__([W.HBox(controls), out, *rest])
-        self.out, self.summary = out, summary
-
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        bundle["text/plain"] = self.summary
-        if self.out.outputs:
-            bundle["image/png"] = self.out.outputs[0]["data"]["image/png"]
-        return bundle
-
-
-def _show(out, fig: Figure) -> None:
-    """Replace what the Output widget shows with this figure, as a PNG."""
-    out.outputs = ()
-    out.append_display_data(Image(figure_png(fig), format="png"))
+from .display import DIVERGING, WIDTH, LiveFigure, rank_colour
 
 
 # ------------------------------------------------------------------------------------------
@@ -82,7 +32,7 @@ def _show(out, fig: Figure) -> None:
 def digits_figure(digits, count: int = 30, columns: int = 15) -> Figure:
     """Lesson 00: the first ``count`` training digits with their labels."""
     rows = -(-count // columns)
-    fig = Figure(figsize=(FIG_WIDTH, 0.75 * rows + 0.4), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 0.75 * rows + 0.4), layout="constrained")
     for i in range(count):
         ax = fig.add_subplot(rows, columns, i + 1)
         ax.imshow(digits.x_train[i, 0].numpy(), cmap="gray_r", vmin=0, vmax=1)
@@ -114,7 +64,7 @@ def partition_figure(digits, shards, *, title: str = "", thumbnails: int = 12) -
     columns = 120
     grid = np.full(-(-n // columns) * columns, np.nan)
     grid[:n] = owner
-    fig = Figure(figsize=(FIG_WIDTH, 1.6 + 0.8 * world), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 1.6 + 0.8 * world), layout="constrained")
     rows = fig.add_gridspec(world + 1, 1, height_ratios=[1.2] + [0.8] * world)
     top = fig.add_subplot(rows[0])
     cmap = ListedColormap([rank_colour(r) for r in range(world)]).with_extremes(bad="white")
@@ -160,7 +110,7 @@ def partition_widget(digits=None, world_size: int = 2, *, epoch: int = 0, seed: 
     """Lesson 01: which training samples each of N workers gets, with sliders for N and epoch.
 
     The partition is ``distlab.data.shard_indices(n, rank, N, seed=seed, epoch=epoch)``,
-    exactly what every rank of ``distlab.data_parallel.train`` computes for itself, with
+    exactly what every rank of ``distlab.parallel.data_parallel.train`` computes for itself, with
     no communication: all ranks shuffle with the same seed, then take every N-th index.
     """
     from ..data import load_digits, shard_indices
@@ -174,19 +124,14 @@ def partition_widget(digits=None, world_size: int = 2, *, epoch: int = 0, seed: 
                            continuous_update=False)
     e_slider = W.IntSlider(value=epoch, min=0, max=max_epoch, description="epoch",
                            continuous_update=False)
-    out = W.Output()
 
-    def redraw(_=None):
-        world, ep = n_slider.value, e_slider.value
+    def draw(world, ep):
         shards = [shard_indices(digits.n_train, r, world, seed=seed, epoch=ep) for r in range(world)]
-        _show(out, partition_figure(digits, shards, thumbnails=thumbnails,
-                                    title=f"{world} worker(s), epoch {ep} (seed {seed})"))
+        return partition_figure(digits, shards, thumbnails=thumbnails,
+                                title=f"{world} worker(s), epoch {ep} (seed {seed})")
 
-    n_slider.observe(redraw, names="value")
-    e_slider.observe(redraw, names="value")
-    redraw()
-    return PictureBox([n_slider, e_slider], out,
-                      summary=f"partition widget: sliders for workers N and epoch (seed {seed})")
+    return LiveFigure([n_slider, e_slider], draw,
+                      lambda *_: f"partition widget: sliders for workers N and epoch (seed {seed})")
 
 
 # ------------------------------------------------------------------------------------------
@@ -244,12 +189,12 @@ def gradient_figure(records, reference, step: int, layer: str) -> Figure:
     rows = -(-len(panels) // cols)
     shape = next(iter(panels.values())).shape
     aspect_h = min(max(shape[0] / shape[1], 0.25), 1.2)
-    fig = Figure(figsize=(FIG_WIDTH, rows * (FIG_WIDTH / cols) * aspect_h + 1.3), layout="constrained")
+    fig = Figure(figsize=(WIDTH, rows * (WIDTH / cols) * aspect_h + 1.3), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     for ax, (name, p) in zip(axes.flat, panels.items()):
-        im = ax.imshow(p.numpy(), cmap=GRADIENT_CMAP, vmin=-vmax, vmax=vmax,
+        im = ax.imshow(p.numpy(), cmap=DIVERGING, vmin=-vmax, vmax=vmax,
                        aspect="auto", interpolation="nearest")
         ax.set_title(titles[name], fontsize=10)
         ax.set_xticks([])
@@ -281,7 +226,7 @@ def describe_gradients(grads: dict[str, torch.Tensor]) -> str:
 def gradient_widget(records, reference=None, *, step: int | None = None, layer: str | None = None):
     """Lesson 01: pick a recorded step and a layer; see each rank's gradient, the average, the big batch.
 
-    ``records`` is what ``distlab.launch(distlab.data_parallel.train, ...)`` returned;
+    ``records`` is what ``distlab.launch(data_parallel.train, ...)`` returned;
     ``reference`` is ``train_single(world_size=N, ...)`` with the same settings (or None).
     Below the picture, the largest differences are printed.
     """
@@ -290,19 +235,15 @@ def gradient_widget(records, reference=None, *, step: int | None = None, layer: 
     steps = sorted(set.intersection(*(set(r.grads) for r in records)))
     step_box = W.Dropdown(options=steps, value=step, description="step")
     layer_box = W.Dropdown(options=list(records[0].grads[step]), value=layer, description="layer")
-    out = W.Output()
-    line = W.HTML()
 
-    def redraw(_=None):
-        _show(out, gradient_figure(records, reference, step_box.value, layer_box.value))
-        line.value = "<code>" + describe_gradients(
-            gradients_at(records, reference, step_box.value, layer_box.value)) + "</code>"
+    def draw(step, layer):
+        return gradient_figure(records, reference, step, layer)
 
-    step_box.observe(redraw, names="value")
-    layer_box.observe(redraw, names="value")
-    redraw()
-    return PictureBox([step_box, layer_box], out, line,
-                      summary=f"gradient widget: {len(records)} ranks, steps {steps}, choose a layer")
+    def differences(step, layer):
+        return describe_gradients(gradients_at(records, reference, step, layer))
+
+    return LiveFigure([step_box, layer_box], draw, caption=differences,
+                      describe=lambda *_: f"gradient widget: {len(records)} ranks, steps {steps}, choose a layer")
 
 
 def _defaults(records, step, layer):

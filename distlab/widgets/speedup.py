@@ -1,7 +1,7 @@
 """Speedup pictures: does a second rank pay for its core, and why (not)?
 
 Introduced in lesson 05 ("Does distributing pay?").  Three panels, all drawn from the rows
-that ``distlab.scaling.run_scaling`` measured on real ranks:
+that ``distlab.measure.scaling.run_scaling`` measured on real ranks:
 
 1. **speedup against N** for one configuration: measured points, the ideal line
    (speedup = N), Amdahl's law fitted to the points, the alpha-beta prediction, and one
@@ -11,45 +11,42 @@ that ``distlab.scaling.run_scaling`` measured on real ranks:
 3. **speedup against compute per byte** of gradient for every configuration measured so
    far: the picture that says which regime pays.
 
-The widget's "measure" button runs a real, small measurement (three launches, a few
-seconds each) through ``distlab.scaling``; the widget itself only draws rows.
+The widget's "measure" button calls the function the lesson hands it (``measure=``), which
+runs the real measurement and returns new rows; the widget itself only reads rows, with the
+pure analysis of ``distlab.measure.speedup``.
 """
 from __future__ import annotations
 
-import base64
-import io
 import os
 
-from ..measure import speedup as scaling
+import ipywidgets as W
+from matplotlib.figure import Figure
 
-# Okabe-Ito colours: distinguishable with the common forms of colour blindness.
-COLOURS = {"compute": "#0072B2", "communication": "#009E73", "waiting": "#D55E00",
-           "rest": "#999999", "measured": "#000000", "threads": "#E69F00",
-           "amdahl": "#CC79A7", "alpha-beta": "#56B4E9"}
+from ..measure import speedup as analysis
+from .display import (BLACK, BLUE, GREEN, NARROW, ORANGE, PART_COLOURS, PURPLE, SKY_BLUE, VERMILLION,
+                      WIDTH, LiveFigure)
+
+COLOURS = PART_COLOURS | {"measured": BLACK, "other configurations": BLUE, "slower": VERMILLION,
+                          "threads": ORANGE, "amdahl": PURPLE, "alpha-beta": SKY_BLUE}
+RULE_COLOURS = {"same lr": VERMILLION, "linear scaling": BLUE, "linear + warm-up": GREEN}
 WIDTHS = {"mlp": [64, 256, 1024, 2048], "cnn": [8, 16, 32, 64]}
 BATCHES = [64, 256, 896, 1436]
-
-
-def _rows_of(rows, key):
-    return [r for r in rows if scaling.config_key(r) == key]
 
 
 def speedup_figure(rows, key: tuple | None = None, title: str | None = None):
     """Lesson 05: the three panels for configuration ``key`` (default: the last measured).
 
-    ``key`` is ``scaling.config_key(row)``: (model, width, "strong"|"weak", batch).  Returns
+    ``key`` is ``measure.speedup.config_key(row)``: (model, width, "strong"|"weak", batch).  Returns
     a matplotlib ``Figure`` not attached to pyplot, so nothing leaks into a cell.
     """
-    from matplotlib.figure import Figure
-
     if not rows:
         raise ValueError("no rows to draw: measure something first (scaling.run_scaling)")
-    table = scaling.speedups(rows)
-    key = key or scaling.config_key(rows[-1])
-    mine = sorted((r for r in table if scaling.config_key(r) == key), key=lambda r: r["world_size"])
+    table = analysis.speedups(rows)
+    key = key or analysis.config_key(rows[-1])
+    mine = sorted((r for r in table if analysis.config_key(r) == key), key=lambda r: r["world_size"])
     if not mine:
         raise ValueError(f"no measurement with one process (1 thread) for {key}")
-    fig = Figure(figsize=(11, 3.4), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 3.4), layout="constrained")
     ax1, ax2, ax3 = fig.subplots(1, 3, width_ratios=[1, 1, 1.15])
     _speedup_panel(ax1, mine, rows, key)
     _split_panel(ax2, mine)
@@ -74,16 +71,16 @@ def _speedup_panel(ax, mine, rows, key):
         ax.plot(*zip(*threaded), "s", color=COLOURS["threads"], label="1 process x N threads")
     parallel = [r for r in mine if 1 < r["world_size"] <= (os.cpu_count() or 1)]
     if parallel:
-        s = scaling.fit_amdahl([r["world_size"] for r in parallel], [r["speedup"] for r in parallel])
+        s = analysis.fit_amdahl([r["world_size"] for r in parallel], [r["speedup"] for r in parallel])
         xs = [1 + i * (top - 1) / 40 for i in range(41)]
-        ax.plot(xs, [scaling.amdahl_speedup(x, s) for x in xs], color=COLOURS["amdahl"],
+        ax.plot(xs, [analysis.amdahl_speedup(x, s) for x in xs], color=COLOURS["amdahl"],
                 label=f"Amdahl, serial {s:.0%}" if 0 <= s <= 1 else
                 f"Amdahl fit {s:.0%}: {'overhead, not a serial part' if s > 1 else 'faster than ideal'}")
     by_hand = [r for r in rows if r["method"] == "by_hand" and r["world_size"] > 1]
     one = next((r for r in mine if r["world_size"] == 1), None)
     if one is not None and by_hand:
-        alpha, beta = scaling.fit_alpha_beta(by_hand)
-        ax.plot(ns, [scaling.predicted_speedup(one, n, alpha, beta) for n in ns], "^:",
+        alpha, beta = analysis.fit_alpha_beta(by_hand)
+        ax.plot(ns, [analysis.predicted_speedup(one, n, alpha, beta) for n in ns], "^:",
                 color=COLOURS["alpha-beta"], label="alpha-beta model")
     ax.set_xlabel("ranks N")
     ax.set_ylabel("speedup over 1 process x 1 thread")
@@ -111,16 +108,16 @@ def _split_panel(ax, mine):
 def _regime_panel(ax, table, key):
     pairs = [r for r in table if r["world_size"] == 2]
     for r in pairs:
-        x = scaling.compute_per_byte(r["model"], r["width"], r["batch_size"], r["dtype"])
-        chosen = scaling.config_key(r) == key
+        x = analysis.compute_per_byte(r["model"], r["width"], r["batch_size"], r["dtype"])
+        chosen = analysis.config_key(r) == key
         weak = r["scaling"] == "weak"
-        colour = COLOURS["measured"] if chosen else COLOURS["compute"]
+        colour = COLOURS["measured"] if chosen else COLOURS["other configurations"]
         ax.scatter(x, r["speedup"], marker="o" if r["model"] == "mlp" else "D", s=60 if chosen else 25,
                    color="none" if weak else colour, edgecolors=colour)
         ax.annotate(f"{r['model']}{r['width']}/{r['global_batch_size']}" + (" weak" if weak else ""),
                     (x, r["speedup"]), textcoords="offset points", xytext=(4, -9 if weak else 3), fontsize=7)
     ax.axhline(2, ls="--", color="grey", lw=1)
-    ax.axhline(1, ls=":", color=COLOURS["waiting"], lw=1)
+    ax.axhline(1, ls=":", color=COLOURS["slower"], lw=1)
     ax.text(0.02, 0.93, "ideal", transform=ax.transAxes, fontsize=7, color="grey")
     ax.set_xscale("log")
     ax.set_ylim(0, 2.3)
@@ -129,30 +126,18 @@ def _regime_panel(ax, table, key):
     ax.set_title("below the dotted line, 2 ranks are slower\n(hollow: weak scaling)", fontsize=9)
 
 
-def figure_png(fig) -> bytes:
-    """A figure as PNG bytes, drawn off-screen."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+class SpeedupView(LiveFigure):
+    """Lesson 05: the speedup of the rows measured so far; choose a configuration, press "measure".
 
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    return buf.getvalue()
-
-
-class SpeedupView:
-    """Choose a model, width and global batch; press "measure"; see the speedup.
-
-    Starts from ``rows`` already measured (may be empty).  In a notebook it shows the
-    live controls *and* a PNG of the current picture, so viewers without widgets see it.
+    ``measure(config)`` is the lesson's function: it gets ``dict(model=, width=,
+    global_batch_size=)``, runs the real measurement and returns its rows.  Without one, the
+    view only shows ``rows``.
     """
 
-    def __init__(self, rows=(), measure_kwargs: dict | None = None, key: tuple | None = None):
-        import ipywidgets as W
-
-        self.rows = list(rows)
-        self.measure_kwargs = dict(steps=8, skip=2, repeats=2) | (measure_kwargs or {})
-        self.key = key or (scaling.config_key(self.rows[-1]) if self.rows else None)
-        last = (next(r for r in self.rows if scaling.config_key(r) == self.key) if self.rows
+    def __init__(self, rows=(), measure=None, key: tuple | None = None):
+        self.rows, self.measure = list(rows), measure
+        self.key = key or (analysis.config_key(self.rows[-1]) if self.rows else None)
+        last = (next(r for r in self.rows if analysis.config_key(r) == self.key) if self.rows
                 else dict(model="mlp", width=1024, global_batch_size=896))
         look = dict(style={"description_width": "initial"}, layout=W.Layout(width="210px"))
         self.model = W.Dropdown(options=list(WIDTHS), value=last["model"], description="model", **look)
@@ -160,65 +145,54 @@ class SpeedupView:
         self.width.value = last["width"] if last["width"] in WIDTHS[last["model"]] else WIDTHS[last["model"]][0]
         self.batch = W.Dropdown(options=BATCHES, description="global batch", **look)
         self.batch.value = last["global_batch_size"] if last["global_batch_size"] in BATCHES else 256
+        self.model.observe(lambda change: setattr(self.width, "options", WIDTHS[change["new"]]), names="value")
         self.button = W.Button(description="measure", button_style="primary",
-                               tooltip="launch 1 process (1, then 2 threads), then 2 ranks, and time them")
-        self.status = W.Label("" if self.rows else "press measure (about 20 s)")
-        self.image = W.Image(format="png", value=self.png() if self.rows else b"")
-        self.model.observe(self._model_changed, names="value")
-        self.button.on_click(self.measure)
-        self.box = W.VBox([W.HBox([self.model, self.width, self.batch]),
-                           W.HBox([self.button, self.status]), self.image])
-
-    def _model_changed(self, change) -> None:
-        self.width.options = WIDTHS[change["new"]]
+                               tooltip="measure the chosen configuration on real ranks, then draw it")
+        self.button.on_click(self._measure_chosen)
+        self.status = W.Label("" if self.rows else "press measure")
+        form = [W.HBox([self.model, self.width, self.batch]), W.HBox([self.button, self.status])]
+        super().__init__([], self._figure, self._describe, extra=form if measure else [])
 
     def config(self) -> dict:
         return dict(model=self.model.value, width=self.width.value, global_batch_size=self.batch.value)
 
-    def measure(self, _button=None) -> None:
-        """Run the real measurement for the chosen configuration and redraw."""
+    def _figure(self):
+        return speedup_figure(self.rows, self.key) if self.rows else None
+
+    def _describe(self) -> str:
+        return f"<speedup explorer: {len({analysis.config_key(r) for r in self.rows})} configuration(s) measured>"
+
+    def _measure_chosen(self, _button=None) -> None:
+        """The button: the lesson's ``measure`` for the chosen configuration, then redraw."""
         self.button.disabled = True
-        self.status.value = "measuring: 1 process (1 and 2 threads), then 2 ranks ..."
+        self.status.value = f"measuring {self.model.value} width {self.width.value}, batch {self.batch.value} ..."
         try:
-            self.rows += scaling.run_scaling([self.config()], (1, 2), **self.measure_kwargs)
-            self.key = scaling.config_key(self.rows[-1])
-            self.image.value = self.png()
-            two = [r for r in scaling.speedups(self.rows)
-                   if r["world_size"] == 2 and scaling.config_key(r) == self.key]
+            self.rows += self.measure(self.config())
+            self.key = analysis.config_key(self.rows[-1])
+            self.redraw()
+            two = [r for r in analysis.speedups(self.rows)
+                   if r["world_size"] == 2 and analysis.config_key(r) == self.key]
             self.status.value = (f"2 ranks: {two[-1]['speedup']:.2f}x one thread, "
-                                 f"{two[-1]['vs_all_cores']:.2f}x one process on 2 threads")
+                                 f"{two[-1]['vs_all_cores']:.2f}x one process on 2 threads" if two else "measured")
         except Exception as err:   # show it in the widget; a button callback has nowhere else
             self.status.value = f"failed: {err}"
         finally:
             self.button.disabled = False
 
-    def png(self) -> bytes:
-        return figure_png(speedup_figure(self.rows, self.key))
 
-    def __repr__(self) -> str:
-        return f"<speedup explorer: {len({scaling.config_key(r) for r in self.rows})} configuration(s) measured>"
-
-    def _repr_mimebundle_(self, **kwargs):
-        data = self.box._repr_mimebundle_(**kwargs)
-        data["text/plain"] = repr(self)
-        if self.image.value:
-            data["image/png"] = base64.b64encode(self.image.value).decode()
-        return data
-
-
-def speedup_widget(rows=(), key: tuple | None = None, **measure_kwargs):
-    """Lesson 05: the speedup explorer, showing configuration ``key`` first (default: the
-    last measured); static PNG for viewers without widgets."""
-    return SpeedupView(rows, measure_kwargs, key)
+def speedup_widget(rows=(), key: tuple | None = None, measure=None) -> SpeedupView:
+    """Lesson 05: the speedup explorer, showing configuration ``key`` first (default: the last
+    measured); with ``measure`` (config -> new rows), a "measure" button for more."""
+    return SpeedupView(rows, measure, key)
 
 
 def speedup_table(rows) -> str:
     """Lesson 05: the measured speedups as aligned text, one line per configuration and N."""
     lines = [f"{'configuration':<28}{'N':>3}{'samples/s':>11}{'s/epoch':>9}{'speedup':>9}{'eff.':>6}"
              f"{'vs 1 proc x N thr':>19}{'comm+wait/compute':>19}"]
-    for r in scaling.speedups(rows):
+    for r in analysis.speedups(rows):
         kind = "global" if r["scaling"] == "strong" else "per-rank"
-        name = f"{r['model']}{r['width']}, {kind} batch {scaling.config_key(r)[3]}"
+        name = f"{r['model']}{r['width']}, {kind} batch {analysis.config_key(r)[3]}"
         vs = f"{r['vs_all_cores']:.2f}" if r["vs_all_cores"] == r["vs_all_cores"] else "-"
         lines.append(f"{name:<28}{r['world_size']:>3}{r['samples_per_s']:>11.0f}{r['epoch_s']:>9.3f}"
                      f"{r['speedup']:>9.2f}"
@@ -231,16 +205,13 @@ def large_batch_figure(rows):
 
     ``rows`` come from ``distlab.large_batch.large_batch_study``.
     """
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5.5, 3.2), layout="constrained")
+    fig = Figure(figsize=(NARROW, 3.2), layout="constrained")
     ax = fig.add_subplot()
-    styles = {"same lr": ("o-", COLOURS["waiting"]), "linear scaling": ("s--", COLOURS["compute"]),
-              "linear + warm-up": ("^-", COLOURS["communication"])}
-    for rule, (marker, colour) in styles.items():
+    markers = {"same lr": "o-", "linear scaling": "s--", "linear + warm-up": "^-"}
+    for rule, marker in markers.items():
         mine = [r for r in rows if r["rule"] == rule]
         ax.plot([r["world_size"] for r in mine], [r["accuracy"] for r in mine], marker,
-                color=colour, label=rule)
+                color=RULE_COLOURS[rule], label=rule)
     batches = {r["world_size"]: r["global_batch_size"] for r in rows}
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(batches), [f"{n}\n({b})" for n, b in sorted(batches.items())])

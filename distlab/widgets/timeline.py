@@ -21,21 +21,23 @@ others; their communication bar is their exchange with the server (push a gradie
 the new parameters back), drawn in its own colour.
 
 The lesson's other pictures live here too: ``convergence_figure`` (loss and accuracy of a
-synchronous and an asynchronous run against updates, samples or seconds) and
-``staleness_figure`` (how old the asynchronous gradients were).
+synchronous and an asynchronous run against updates, samples or seconds, as read from the
+records by ``curve_sync`` and ``curve_async``) and ``staleness_figure`` (how old the
+asynchronous gradients were).
 
 Like every widget in distlab, this module only reads records; it never trains.
 """
 from __future__ import annotations
 
-import base64
-import io
-
+import ipywidgets as W
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
-# Okabe-Ito colours: distinguishable with the common forms of colour blindness.
-COLOURS = {"compute": "#0072B2", "waiting": "#D55E00", "all-reduce": "#009E73",
-           "server exchange": "#CC79A7"}
+from .display import METHOD_COLOURS, NARROW, PART_COLOURS, WIDTH, LiveFigure, rank_colour
+
+COLOURS = {"compute": PART_COLOURS["compute"], "waiting": PART_COLOURS["waiting"],
+           "all-reduce": PART_COLOURS["communication"], "server exchange": PART_COLOURS["server exchange"]}
 
 
 # -------------------------------------------------------------------------------------------
@@ -70,7 +72,7 @@ def mean_wait(records, skip: int = 1) -> list[float]:
 
 
 def phases(record, wait=None) -> list[dict]:
-    """The bars of one rank's timeline: a list of ``{"step", "phase", "start", "end"}``.
+    """Lesson 04: the bars of one rank's timeline: a list of ``{"step", "phase", "start", "end"}``.
 
     ``phase`` is "compute", "waiting", "all-reduce" or "server exchange".  ``wait`` is this
     rank's row of ``waits(records)``; without it an all-reduce is drawn as one bar.
@@ -105,16 +107,13 @@ def timeline_figure(records, steps: tuple[int, int] | None = None, title: str | 
     happened between the start of step ``first`` and the end of step ``last`` on any worker
     (a fast worker fits many steps into a slow one's few).
     """
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
-
     n_steps = min(len(r.steps) for r in records)
     first, last = steps if steps is not None else (0, n_steps - 1)
     if not 0 <= first <= last < n_steps:
         raise ValueError(f"steps must satisfy 0 <= first <= last < {n_steps}, got {steps!r}")
     origin = min(r.steps[first].t_start for r in records)
     end = max(r.steps[last].t_end for r in records)
-    fig = Figure(figsize=(9, 0.7 + 0.55 * len(records)), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 0.7 + 0.55 * len(records)), layout="constrained")
     ax = fig.add_subplot()
     synchronous = all(r.method != "async" for r in records)
     w = waits(records) if synchronous else [None] * len(records)
@@ -139,62 +138,14 @@ def timeline_figure(records, steps: tuple[int, int] | None = None, title: str | 
     return fig
 
 
-def figure_png(fig) -> bytes:
-    """A figure as PNG bytes (drawn off-screen with Agg)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    return buf.getvalue()
-
-
-def as_image(fig):
-    """A figure as an IPython ``Image``: shows the picture in a cell, plain text elsewhere."""
-    from IPython.display import Image
-
-    return Image(figure_png(fig))
-
-
-class PictureView:
-    """A control (slider, buttons) above a picture that is redrawn whenever it moves.
-
-    Displayed in a notebook it offers the live widget *and* a PNG of the current picture,
-    so that viewers without a widget manager (GitHub, nbviewer, a test) still see it.
-    ``draw(value)`` returns a figure; ``describe(value)`` the text shown as plain output.
-    """
-
-    def __init__(self, control, draw, describe):
-        import ipywidgets as W
-
-        self.control, self.draw, self.describe = control, draw, describe
-        self.image = W.Image(format="png", value=figure_png(draw(control.value)))
-        control.observe(self._redraw, names="value")
-        self.box = W.VBox([control, self.image])
-
-    def _redraw(self, change) -> None:
-        self.image.value = figure_png(self.draw(change["new"]))
-
-    def __repr__(self) -> str:
-        return self.describe(self.control.value)
-
-    def _repr_mimebundle_(self, **kwargs):
-        data = self.box._repr_mimebundle_(**kwargs)
-        data["text/plain"] = repr(self)
-        data["image/png"] = base64.b64encode(self.image.value).decode()
-        return data
-
-
 def timeline_widget(records, steps: tuple[int, int] | None = None, title: str | None = None):
     """Lesson 04: the timeline with a step-range slider (static PNG for viewers without widgets)."""
-    import ipywidgets as W
-
     n = min(len(r.steps) for r in records)
     slider = W.IntRangeSlider(value=steps or (min(1, n - 1), min(8, n - 1)), min=0, max=n - 1,
                               description="steps", continuous_update=False,
                               layout=W.Layout(width="60%"))
-    return PictureView(slider, lambda v: timeline_figure(records, tuple(v), title),
-                       lambda v: f"<timeline of {len(records)} ranks, steps {v[0]}-{v[1]} of {n}>")
+    return LiveFigure([slider], lambda v: timeline_figure(records, tuple(v), title),
+                      lambda v: f"<timeline of {len(records)} ranks, steps {v[0]}-{v[1]} of {n}>")
 
 
 # -------------------------------------------------------------------------------------------
@@ -204,23 +155,56 @@ X_AXES = {"updates": "updates applied", "samples": "training samples used",
           "seconds": "seconds since training started"}
 
 
+def curve_async(server, window: int | None = None) -> dict[str, list[float]]:
+    """Lesson 04: loss and accuracy per update, against updates, samples seen and seconds.
+
+    ``server`` is the ``ServerRecord`` of ``async_sgd.train``.  Loss and accuracy are the
+    workers' mini-batch values, averaged over a sliding ``window`` of updates (default: the
+    number of workers, one "round"), so that they compare with a synchronous step, which
+    averages that many mini-batches.
+    """
+    window = window or server.config["workers"]
+    b = server.config["batch_size"]
+    ups = server.updates
+
+    def smooth(values):
+        return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+                for i in range(len(values))]
+
+    return dict(updates=[u.version for u in ups], samples=[u.version * b for u in ups],
+                seconds=[u.time - server.t_first for u in ups],
+                loss=smooth([u.loss for u in ups]), accuracy=smooth([u.accuracy for u in ups]))
+
+
+def curve_sync(records) -> dict[str, list[float]]:
+    """Lesson 04: the same curves for a synchronous run: one update per step of all ranks.
+
+    The loss of a step is the mean of the ranks' mini-batch losses (the loss of the global
+    batch); seconds count from the first rank's first step.
+    """
+    n = min(len(r.steps) for r in records)
+    t0 = min(r.steps[0].t_start for r in records)
+    per_step = sum(r.config["batch_size"] for r in records)
+    return dict(updates=[s + 1 for s in range(n)], samples=[(s + 1) * per_step for s in range(n)],
+                seconds=[max(r.steps[s].t_end for r in records) - t0 for s in range(n)],
+                loss=[sum(r.steps[s].loss for r in records) / len(records) for s in range(n)],
+                accuracy=[sum(r.steps[s].accuracy for r in records) / len(records) for s in range(n)])
+
+
 def convergence_figure(sync_records, server, x: str = "samples"):
     """Lesson 04: mini-batch loss and accuracy of a synchronous and an asynchronous run.
 
-    ``x`` is "updates", "samples" or "seconds".  Curves come from
-    ``async_sgd.curve_sync`` and ``async_sgd.curve_async`` (read the records, nothing else).
+    ``x`` is "updates", "samples" or "seconds".  Curves come from ``curve_sync`` and
+    ``curve_async`` (read the records, nothing else).
     """
-    from matplotlib.figure import Figure
-
-    from ..parallel.async_sgd import curve_async, curve_sync
-
     if x not in X_AXES:
         raise ValueError(f"x must be one of {sorted(X_AXES)}, got {x!r}")
     runs = [(f"synchronous: {len(sync_records)} ranks, all-reduce "
-             f"(test accuracy {sync_records[0].test_accuracy:.2f})", curve_sync(sync_records), "#0072B2"),
+             f"(test accuracy {sync_records[0].test_accuracy:.2f})", curve_sync(sync_records),
+             METHOD_COLOURS.get(sync_records[0].method, METHOD_COLOURS["by_hand"])),
             (f"asynchronous: {server.config['workers']} workers + server "
-             f"(test accuracy {server.test_accuracy:.2f})", curve_async(server), "#D55E00")]
-    fig = Figure(figsize=(9, 3.2), layout="constrained")
+             f"(test accuracy {server.test_accuracy:.2f})", curve_async(server), METHOD_COLOURS["async"])]
+    fig = Figure(figsize=(WIDTH, 3.2), layout="constrained")
     for i, metric in enumerate(("loss", "accuracy")):
         ax = fig.add_subplot(1, 2, i + 1)
         for label, curve, colour in runs:
@@ -233,28 +217,23 @@ def convergence_figure(sync_records, server, x: str = "samples"):
 
 def convergence_widget(sync_records, server, x: str = "samples"):
     """Lesson 04: ``convergence_figure`` with buttons to switch the x axis."""
-    import ipywidgets as W
-
     buttons = W.ToggleButtons(options=list(X_AXES), value=x, description="x axis")
-    return PictureView(buttons, lambda v: convergence_figure(sync_records, server, v),
-                       lambda v: f"<loss and accuracy against {v}: synchronous vs asynchronous>")
+    return LiveFigure([buttons], lambda v: convergence_figure(sync_records, server, v),
+                      lambda v: f"<loss and accuracy against {v}: synchronous vs asynchronous>")
 
 
 def staleness_figure(server):
     """Lesson 04: how stale the applied gradients were, one group of bars per worker."""
-    from matplotlib.figure import Figure
-
     workers = sorted({u.worker for u in server.updates})
     top = max(server.staleness)
-    fig = Figure(figsize=(7, 2.8), layout="constrained")
+    fig = Figure(figsize=(NARROW, 2.8), layout="constrained")
     ax = fig.add_subplot()
     width = 0.8 / len(workers)
-    palette = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]
     for i, w in enumerate(workers):
         mine = [u.staleness for u in server.updates if u.worker == w]
         counts = [mine.count(s) for s in range(top + 1)]
         ax.bar(np.arange(top + 1) + (i - (len(workers) - 1) / 2) * width, counts, width,
-               color=palette[i % len(palette)], label=f"worker {w} (mean {np.mean(mine):.1f})")
+               color=rank_colour(w), label=f"worker {w} (mean {np.mean(mine):.1f})")
     ax.set_xlabel("staleness (updates applied between pull and push)")
     ax.set_ylabel("gradients")
     ax.legend(fontsize=9, frameon=False)

@@ -27,8 +27,7 @@ import ipywidgets
 import nbformat
 import pytest
 
-# a plain module beside this file, not a conftest.py: a second conftest module would shadow
-# tests/conftest.py for the test modules that import from it
+# a plain module beside this file, as tests/helpers.py is for tests/: conftest.py holds only fixtures
 from browser_lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, LabServer, notebook_dir
 
 pytestmark = pytest.mark.browser

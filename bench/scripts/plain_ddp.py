@@ -1,6 +1,6 @@
 """A plain, hand-written torch DDP training script: the baseline for bench/dp_overhead.py.
 
-Run with: python -m torch.distributed.run --nproc-per-node=2 bench/plain_ddp.py WIDTH BATCH STEPS
+Run with: python -m torch.distributed.run --nproc-per-node=2 bench/scripts/plain_ddp.py WIDTH BATCH STEPS
 Same data, model, sampler and optimiser as distlab's DDP path, nothing else: prints one line
 ``THROUGHPUT <samples per second>`` from rank 0 (first step to last, start-up excluded).
 """
@@ -22,7 +22,7 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    # As distlab.launch does (runtime.bind_to_cores): a core of its own for each rank.
+    # As distlab.launch does (processes.cores.bind_to_cores): a core of its own for each rank.
     local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     cores = sorted(os.sched_getaffinity(0))
     if local_world <= len(cores):
