@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .processes.checks import check_int
+
+DIGITS_CACHE = os.path.join(os.environ.get("DISTLAB_CACHE", os.path.expanduser("~/.cache/distlab")),
+                            "sklearn-digits.pt")
 
 
 @dataclass
@@ -53,15 +57,43 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0, dtype=torch.float32) 
     The split is deterministic: the same ``seed`` gives the same train and test sets on
     every rank and every machine, which is what lets N workers agree without talking.
     """
-    from sklearn.datasets import load_digits as _sk_digits
-
-    bunch = _sk_digits()
-    x = torch.tensor(bunch.images / 16.0, dtype=dtype).unsqueeze(1)  # pixel values are 0..16
-    y = torch.tensor(bunch.target, dtype=torch.long)
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
-    n_test = int(round(len(y) * test_fraction))
+    images, labels = digit_arrays()
+    x = (images / 16.0).to(dtype).unsqueeze(1)                         # pixel values are 0..16
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
+    n_test = int(round(len(labels) * test_fraction))
     test, train = order[:n_test], order[n_test:]
-    return Digits(x[train], y[train], x[test], y[test], name="sklearn-digits-8x8")
+    return Digits(x[train], labels[train], x[test], labels[test], name="sklearn-digits-8x8")
+
+
+@functools.lru_cache(maxsize=1)
+def digit_arrays() -> tuple[torch.Tensor, torch.Tensor]:
+    """Lesson 00: the 1,797 images (float64, 0..16) and their labels, read once per process.
+
+    Why a cache file: importing scikit-learn takes about two seconds, and every rank of every
+    launch would pay it before its first step.  The first process that reads the digits from
+    scikit-learn keeps them in ``DIGITS_CACHE`` (a few hundred kB); every later one, ranks
+    included, loads that file in milliseconds.  A missing or damaged file is read again from
+    scikit-learn.
+    """
+    try:
+        images, labels = torch.load(DIGITS_CACHE, weights_only=True)
+        if images.shape == (1797, 8, 8) and labels.shape == (1797,):
+            return images, labels
+    except Exception:           # absent, half-written by a crash, or from another version
+        pass
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    bunch = sklearn_digits()
+    images = torch.tensor(bunch.images, dtype=torch.float64)
+    labels = torch.tensor(bunch.target, dtype=torch.long)
+    try:
+        os.makedirs(os.path.dirname(DIGITS_CACHE), exist_ok=True)
+        tmp = f"{DIGITS_CACHE}.tmp{os.getpid()}"
+        torch.save((images, labels), tmp)
+        os.replace(tmp, DIGITS_CACHE)             # readers never see half a file
+    except OSError:                               # a read-only home: read scikit-learn each time
+        pass
+    return images, labels
 
 
 def load_mnist(root: str = "~/.cache/distlab/mnist", download: bool = True,
@@ -71,8 +103,6 @@ def load_mnist(root: str = "~/.cache/distlab/mnist", download: bool = True,
     Never needed by the course: lessons use ``load_digits`` so they run offline.  Raises a
     clear error when torchvision is missing or the files are absent and cannot be fetched.
     """
-    import os
-
     try:
         from torchvision.datasets import MNIST
     except ImportError as err:  # pragma: no cover - depends on the machine

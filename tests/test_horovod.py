@@ -117,7 +117,7 @@ def test_horovodrun_in_a_terminal_runs_the_same_training(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "rank 0: done" in out.stdout and "rank 1: done" in out.stdout
     import torch
-    recs = [torch.load(os.path.join(run_dir, f"record_{r}.pt"), weights_only=False) for r in (0, 1)]
+    recs = [torch.load(os.path.join(run_dir, "job_0", f"record_{r}.pt"), weights_only=False) for r in (0, 1)]
     ref = dp.train_single(world_size=2, **dict(CONFIG, record_grads_at=()))
     assert [(r.rank, r.backend, r.method) for r in recs] == [(0, "horovod", "ddp"), (1, "horovod", "ddp")]
     assert max(distlab.max_param_difference(r.params, ref.params) for r in recs) <= 1e-6

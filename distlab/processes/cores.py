@@ -31,12 +31,17 @@ def bind_to_cores(local_rank: int, local_world_size: int, threads: int) -> list[
     if local_world_size * threads > len(cores):
         return []
     mine = set(cores[local_rank * threads:(local_rank + 1) * threads])
-    for tid in os.listdir("/proc/self/task"):       # every thread that exists now; later
-        try:                                        # ones inherit their creator's cores
-            os.sched_setaffinity(int(tid), mine)
+    set_cores(mine)
+    return sorted(mine)
+
+
+def set_cores(cores) -> None:
+    """Let every thread of this process run on ``cores`` only (threads started later inherit it)."""
+    for tid in os.listdir("/proc/self/task"):       # every thread that exists now
+        try:
+            os.sched_setaffinity(int(tid), cores)
         except OSError:                             # a thread that has just ended
             pass
-    return sorted(mine)
 
 
 def cpu_quota(cgroup: str = "/sys/fs/cgroup") -> float | None:

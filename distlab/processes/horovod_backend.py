@@ -234,20 +234,19 @@ def horovodrun_command(world_size: int, run_dir: str) -> list[str]:
             run_dir]
 
 
-def run_rank(run_dir: str) -> dict:
-    """One Horovod rank: run this process's part of the job in ``run_dir``.
+def run_rank(pool_dir: str) -> dict:
+    """One Horovod rank: serve the jobs handed to ``pool_dir`` (``rank.serve``).
 
-    Both ``horovod.run`` (through the driver) and ``horovodrun`` start this N times.  The
-    record is saved in ``run_dir`` as with torchrun; what this returns is what
-    ``horovod.run`` hands back to its caller, one per rank.
+    Both ``horovod.run`` (through the driver) and ``horovodrun`` start this N times.  Records
+    are saved in the pool folder as with torchrun; what this returns is what ``horovod.run``
+    hands back to its caller, one per rank.
     """
-    from .rank import run_job
+    from .rank import serve
 
-    # Horovod's launchers say who is who in HOROVOD_RANK; the run folder's pid files use RANK.
+    # Horovod's launchers say who is who in HOROVOD_RANK; the pool folder's pid files use RANK.
     os.environ.setdefault("RANK", os.environ.get("HOROVOD_RANK", "?"))
-    run_job(run_dir, backend=NAME)
-    rank = int(os.environ["RANK"])
-    return {"rank": rank, "pid": os.getpid(), "record": os.path.join(run_dir, f"record_{rank}.pt")}
+    jobs = serve(pool_dir, backend=NAME)
+    return {"rank": int(os.environ["RANK"]), "pid": os.getpid(), "jobs": jobs}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                     "  horovodrun -np 2 --gloo -H localhost:2 python -m distlab.processes.horovod_backend "
                     "runs/hvd distlab.parallel.data_parallel:train method=ddp global_batch_size=64 steps=50",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", help="the run folder: job.pkl in, record_<rank>.pt out")
+    parser.add_argument("run_dir", help="the run folder: job_0/job.pkl in, job_0/record_<rank>.pt out")
     parser.add_argument("fn", nargs="?", help="module:function to write into the job first")
     parser.add_argument("kwargs", nargs="*", help="key=value arguments of the function")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds for every collective")
@@ -267,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.fn:
         write_job(args.run_dir, args.fn, parse_kwargs(args.kwargs), timeout=args.timeout)
     summary = run_rank(args.run_dir)
-    print(f"rank {summary['rank']}: done, record in {summary['record']}", flush=True)
+    record = os.path.join(args.run_dir, "job_0", f"record_{summary['rank']}.pt")
+    print(f"rank {summary['rank']}: done, record in {record}", flush=True)
     return 0
 
 

@@ -1,17 +1,21 @@
-"""The program every rank runs: ``python -m distlab.processes.rank RUN_DIR``.
+"""The program every rank runs: join the job once, then run training functions as they come.
 
-Introduced in lesson 01.  The launcher (``distlab.launch``) writes the job, a training
-function plus its arguments, into ``RUN_DIR/job.pkl`` (``write_job``) and starts N copies of
-this module through torchrun (or Horovod: ``horovod_backend.run_rank``).  Each copy:
+Introduced in lesson 01 (the warm ranks of lesson 00 are the same program, kept waiting).  The
+launcher (``distlab.launch``) starts N copies of ``serve`` through torchrun (or Horovod:
+``horovod_backend.run_rank``), all pointed at one *pool folder*.  Each copy:
 
 1. joins the job (the backend's ``start_worker``: rank, world size, device, process group);
-2. calls the training function with its ``Worker`` object;
-3. saves what the function returned, its *record*, as ``record_<rank>.pt``;
+2. waits for ``job_0/job.pkl``: a training function plus its arguments (``submit``);
+3. calls the function with its ``Worker`` and saves what it returned, its *record*, as
+   ``job_0/record_<rank>.pt``; then waits for ``job_1``, and so on, until a job says stop;
 4. on an exception, saves the traceback as ``error_<rank>.json`` and exits non-zero, so
-   that the launcher can say which rank failed and why.
+   that the launcher can say which rank failed and why (and never reuses these ranks).
 
-The function travels by *reference* (module and name), which is why it must live in an
-importable module and not in a notebook cell.
+Each job starts as a cold launch would: the random number generators are put back to the
+state they had when the rank started, and the number of threads is the job's own, so a job
+on warm ranks gives exactly what it gives on fresh ones.  The function travels by
+*reference* (module and name), which is why it must live in an importable module and not in
+a notebook cell.
 """
 from __future__ import annotations
 
@@ -20,31 +24,59 @@ import importlib
 import json
 import os
 import pickle
+import random
+import signal
 import sys
+import threading
 import time
 import traceback
 
 from .worker import DEFAULT_TIMEOUT, backend_module
 
+SETTINGS = "pool.pkl"      # what holds for the ranks' whole life: device, timeout
 
-def write_job(run_dir: str, fn, kwargs: dict, *, device: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-              threads: int = 1, bind_cores: bool = True) -> None:
-    """Lesson 01: write what every rank must run into ``run_dir/job.pkl``.
+
+def _write(obj, path: str) -> None:
+    """Pickle to a temporary name, then rename: readers never see half a file."""
+    payload = pickle.dumps(obj)      # fails here, in the caller, if something does not pickle
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.tmp{os.getpid()}", "wb") as f:
+        f.write(payload)
+    os.replace(f"{path}.tmp{os.getpid()}", path)
+
+
+def job_dir(pool_dir: str, number: int) -> str:
+    return os.path.join(pool_dir, f"job_{number}")
+
+
+def write_settings(pool_dir: str, *, device: str = "auto", timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Lesson 01: what every rank of the pool needs before it can join: device and timeout."""
+    _write({"device": device, "timeout": float(timeout)}, os.path.join(pool_dir, SETTINGS))
+
+
+def submit(pool_dir: str, number: int, fn=None, kwargs: dict | None = None, *, threads: int = 1,
+           bind_cores: bool = True) -> str:
+    """Lesson 01: hand job ``number`` to the ranks; ``fn=None`` tells them to leave.
 
     ``fn`` is a function or ``"module:function"``.  Several ranks may write the same job at
     once (a terminal's ``horovodrun``): the file is replaced atomically, never half-written.
+    Returns the job's folder, where its progress lines and records appear.
     """
     if isinstance(fn, str):
         module, _, name = fn.partition(":")
         fn = getattr(importlib.import_module(module), name)
-    job = {"fn": fn, "kwargs": kwargs, "device": device, "timeout": float(timeout), "threads": threads,
-           "bind_cores": bool(bind_cores)}
-    payload = pickle.dumps(job)      # fails here, in the caller, if the arguments do not pickle
-    os.makedirs(run_dir, exist_ok=True)
-    path = os.path.join(run_dir, "job.pkl")
-    with open(f"{path}.tmp{os.getpid()}", "wb") as f:
-        f.write(payload)
-    os.replace(f"{path}.tmp{os.getpid()}", path)
+    job = None if fn is None else {"fn": fn, "kwargs": kwargs or {}, "threads": threads,
+                                   "bind_cores": bool(bind_cores)}
+    _write(job, os.path.join(job_dir(pool_dir, number), "job.pkl"))
+    return job_dir(pool_dir, number)
+
+
+def write_job(run_dir: str, fn, kwargs: dict, *, device: str = "auto", timeout: float = DEFAULT_TIMEOUT,
+              threads: int = 1, bind_cores: bool = True) -> None:
+    """A run of one job (a terminal's ``horovodrun``): the settings, job 0, and then stop."""
+    write_settings(run_dir, device=device, timeout=timeout)
+    submit(run_dir, 0, fn, kwargs, threads=threads, bind_cores=bind_cores)
+    submit(run_dir, 1)
 
 
 def parse_kwargs(pairs: list[str]) -> dict:
@@ -70,31 +102,41 @@ def save_atomically(obj, path: str) -> None:
     os.replace(tmp, path)
 
 
-def run_job(run_dir: str, backend: str):
-    """Run this process's part of the job in ``run_dir``; return the record."""
+def serve(pool_dir: str, backend: str) -> int:
+    """Lesson 01: this rank's life: join, then run every job handed to the pool until told to stop.
+
+    Returns how many jobs it ran.  Raises (and so ends the rank) on the first failing job.
+    """
     import torch
 
-    from .cores import bind_to_cores
-
-    with open(os.path.join(run_dir, "job.pkl"), "rb") as f:
-        job = pickle.load(f)
+    # torchrun forks the ranks after setting its own SIGTERM handler (it raises an exception);
+    # a rank would inherit it and, told to stop, wait in its clean-up for peers already gone.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)     # a rank told to stop stops at once
+    with open(os.path.join(pool_dir, SETTINGS), "rb") as f:
+        settings = pickle.load(f)
     rank_hint = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "?"))
-    with open(os.path.join(run_dir, f"pid_{rank_hint}"), "w") as f:
+    with open(os.path.join(pool_dir, f"pid_{rank_hint}"), "w") as f:
         f.write(str(os.getpid()))
-    torch.set_num_threads(job["threads"])
-    worker = None
+    worker, number, started = None, 0, time.time()
     try:
-        worker = backend_module(backend).start_worker(job["device"], job["timeout"], run_dir)
-        if job["bind_cores"] and worker.device.type == "cpu":
-            bind_to_cores(worker.local_rank, worker.local_world_size, job["threads"])
-        record = job["fn"](worker, **job["kwargs"])
-        save_atomically(record, os.path.join(run_dir, f"record_{worker.rank}.pt"))
-        return record
+        worker = backend_module(backend).start_worker(settings["device"], settings["timeout"])
+        with open(os.path.join(pool_dir, f"joined_{worker.rank}.json"), "w") as f:   # for lesson 00
+            json.dump({"started": started, "joined": time.time()}, f)
+        fresh = _fresh_state()
+        while (job := _wait_for_job(job_dir(pool_dir, number))) is not None:
+            _start_like_new(job, worker, fresh)
+            worker.run_dir, worker._last_progress = job_dir(pool_dir, number), 0.0
+            record = job["fn"](worker, **job["kwargs"])
+            save_atomically(record, os.path.join(worker.run_dir, f"record_{worker.rank}.pt"))
+            number += 1
+            torch.set_num_threads(1)          # waiting: no spare threads spinning
+        return number
     except BaseException as err:
         rank = worker.rank if worker is not None else rank_hint
-        path = os.path.join(run_dir, f"error_{rank}.json")
+        path = os.path.join(pool_dir, f"error_{rank}.json")
         with open(f"{path}.tmp", "w") as f:       # then renamed: never read half-written
-            json.dump({"rank": rank, "time": time.time(), "type": type(err).__name__,
+            json.dump({"rank": rank, "job": number, "time": time.time(), "type": type(err).__name__,
                        "message": str(err), "traceback": traceback.format_exc()}, f)
         os.replace(f"{path}.tmp", path)
         raise
@@ -106,12 +148,56 @@ def run_job(run_dir: str, backend: str):
                 pass
 
 
+def _wait_for_job(folder: str):
+    """The next job (None: stop).  Also stops if the launcher that started this rank has gone."""
+    path, parent, pause = os.path.join(folder, "job.pkl"), os.getppid(), 1e-3
+    while not os.path.exists(path):
+        if os.getppid() != parent:
+            return None
+        time.sleep(pause)
+        pause = min(2 * pause, 0.02)      # a warm rank answers within 20 ms, at no cost meanwhile
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _fresh_state() -> dict:
+    """What a job may change, as it was when the rank started: every random number generator a
+    training function might use, and the cores the rank may run on."""
+    import numpy as np
+    import torch
+
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "cores": os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None}
+
+
+def _start_like_new(job: dict, worker, fresh: dict) -> None:
+    """Put back what a previous job may have changed: random state, threads, cores, default dtype."""
+    import numpy as np
+    import torch
+
+    from .cores import bind_to_cores, set_cores
+
+    torch.set_rng_state(fresh["torch"])
+    random.setstate(fresh["python"])
+    np.random.set_state(fresh["numpy"])
+    if fresh["cuda"] is not None:
+        torch.cuda.set_rng_state_all(fresh["cuda"])
+    torch.set_default_dtype(torch.float32)
+    torch.set_num_threads(job["threads"])
+    if fresh["cores"] is not None:
+        set_cores(fresh["cores"])             # unbound, as at the start
+    if job["bind_cores"] and worker.device.type == "cpu":
+        bind_to_cores(worker.local_rank, worker.local_world_size, job["threads"])
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``torchrun --nproc-per-node=N -m distlab.processes.rank POOL_DIR``: serve the pool's jobs."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m distlab.processes.rank RUN_DIR", file=sys.stderr)
+        print("usage: python -m distlab.processes.rank POOL_DIR", file=sys.stderr)
         return 2
-    run_job(argv[0], backend="torchrun")
+    serve(argv[0], backend="torchrun")
     return 0
 
 

@@ -2,17 +2,23 @@
 
 Introduced in lesson 01.  Two halves, one on each side of the process boundary:
 
-* in the notebook, ``TorchrunJob`` starts
-  ``python -m torch.distributed.run --nproc-per-node=N ... -m distlab.processes.rank RUN_DIR``:
-  the same program, and the same launcher, that a cluster job would run;
+* in the notebook, ``TorchrunJob`` starts torchrun.  In a terminal or a cluster job that is
+  ``torchrun --nproc-per-node=N ... -m distlab.processes.rank POOL_DIR`` (``torchrun_command``),
+  and every rank is a new Python that imports PyTorch (two to three seconds each, after
+  torchrun's own import).  From a notebook distlab runs the same torchrun, with the same flags,
+  inside a process that has imported PyTorch and distlab once (``main`` below), and asks it to
+  *fork* the ranks from itself: they start with everything imported (lesson 00 measures it);
 * in each rank, ``start_worker`` joins the process group (torchrun passes RANK, WORLD_SIZE,
   LOCAL_RANK, MASTER_ADDR and MASTER_PORT in the environment) and returns a ``TorchWorker``.
 """
 from __future__ import annotations
 
+import glob
+import json
 import os
-import re
 import sys
+import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -82,24 +88,105 @@ def check_available() -> None:
     """torch.distributed comes with PyTorch; nothing to check."""
 
 
-# torchrun's summary of a failure: "rank : 1 ... exitcode : -9" for each failed rank
-_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", re.S)
+def torchrun_flags(world_size: int, port: int) -> list[str]:
+    """Lesson 01: torchrun's flags for ``world_size`` ranks on this machine, rendezvous on ``port``."""
+    return ["--nnodes=1", f"--nproc-per-node={world_size}", "--master-addr=127.0.0.1",
+            f"--master-port={port}", "--max-restarts=0", "--monitor-interval=0.1"]
+
+
+def torchrun_command(world_size: int, port: int, pool_dir: str) -> list[str]:
+    """Lesson 01: the same job from a terminal: every rank a fresh Python."""
+    return ["torchrun", *torchrun_flags(world_size, port), "-m", "distlab.processes.rank", pool_dir]
 
 
 class TorchrunJob(Job):
-    """torchrun and its ranks."""
+    """torchrun and its ranks (``main`` below, run as a program of its own)."""
 
     def __init__(self, world_size: int, port: int, env: dict, run_dir: str):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
-               f"--nproc-per-node={world_size}", "--master-addr=127.0.0.1",
-               f"--master-port={port}", "--max-restarts=0", "--monitor-interval=0.1",
-               "-m", "distlab.processes.rank", run_dir]
+        cmd = [sys.executable, "-m", "distlab.processes.torch_backend", str(world_size), str(port), run_dir]
         super().__init__(cmd, env, run_dir)
 
     def exit_codes(self) -> dict[int, int]:
-        return {int(r): int(c) for r, c in _FAILURE.findall(self.log())}
+        """Read from the ``exit_<rank>.json`` files ``record_exits`` writes: torchrun's own summary
+        names only the first rank it saw fail, which may be a survivor of the one killed."""
+        codes = {}
+        for path in glob.glob(os.path.join(self.run_dir, "exit_*.json")):
+            with open(path) as f:
+                ended = json.load(f)
+            codes[ended["rank"]] = ended["code"]
+        return codes
 
 
 def start_job(world_size: int, port: int, env: dict, run_dir: str) -> TorchrunJob:
-    """Lesson 01: start the job in ``run_dir`` under torchrun (called by ``distlab.launch``)."""
+    """Lesson 01: start the ranks serving ``run_dir`` under torchrun (called by ``distlab.launch``)."""
     return TorchrunJob(world_size, port, env, run_dir)
+
+
+def record_exits(pool_dir: str, world_size: int) -> None:
+    """How each rank ended, written to ``exit_<rank>.json`` (exit code; -n: killed by signal n).
+
+    Only a process's parent can learn how it ended, and torchrun, the parent, keeps it to
+    itself.  So a thread per rank, in torchrun's process, waits for that rank to end without
+    collecting it (``WNOWAIT``: torchrun still does) and writes down what the system says.
+    """
+    def wait(rank: int, pid: int) -> None:
+        try:
+            ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:                       # already collected by torchrun
+            return
+        code = -ended.si_status if ended.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else ended.si_status
+        with open(os.path.join(pool_dir, f"exit_{rank}.json"), "w") as f:
+            json.dump({"rank": rank, "code": code}, f)
+
+    def watch() -> None:
+        waiting = set(range(world_size))
+        while waiting:                                  # each rank writes its pid when it starts
+            for rank in list(waiting):
+                try:
+                    with open(os.path.join(pool_dir, f"pid_{rank}")) as f:
+                        pid = int(f.read())
+                except (OSError, ValueError):
+                    continue
+                waiting.discard(rank)
+                threading.Thread(target=wait, args=(rank, pid), daemon=True).start()
+            time.sleep(0.01)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m distlab.processes.torch_backend N PORT POOL_DIR``: torchrun, forking its ranks.
+
+    torchrun's own argument parser and launcher (``torch.distributed.run``), with
+    ``--start-method=fork`` and ``rank.serve`` as the function every rank runs.  Forking is
+    safe here: this process has done no tensor work (no half-used thread pool to inherit), and
+    its other threads (torchrun's store, ``record_exits``) only wait and are not needed by the
+    ranks: they reach the store over TCP like any client.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+
+    import torch._dynamo  # noqa: F401  (torch.optim imports it when the first optimizer is built: 2-3 s)
+
+    from ..data import digit_arrays
+    from ..parallel import data_parallel  # noqa: F401  (what most jobs run: the ranks inherit it)
+    from .rank import serve
+
+    world_size, port, pool_dir = (argv or sys.argv[1:])
+    digit_arrays()                                             # read once, here, for every rank
+    with open(os.path.join(pool_dir, "launcher_ready.json"), "w") as f:       # for lesson 00
+        json.dump({"ready": time.time()}, f)
+    config, _, _ = config_from_args(parse_args([*torchrun_flags(int(world_size), int(port)),
+                                                "--start-method=fork", "distlab-rank"]))
+    record_exits(pool_dir, int(world_size))
+    try:
+        elastic_launch(config, entrypoint=serve)(pool_dir, NAME)
+    except ChildFailedError as err:
+        print(err.format_msg(), flush=True)                   # the launcher reads who failed from it
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
