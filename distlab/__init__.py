@@ -4,8 +4,9 @@ The package is laid out by role; every module names the lesson that introduces i
 
 - ``data``, ``models``, ``records``   the digits and their partitions, the MLP and CNN, and the
                                       plain records every run returns (lesson 01)
-- ``processes/``  starting ranks and the backends they talk through: ``launch``, the ``Worker``
-                  interface, torchrun (lesson 01) and Horovod (lesson 02)
+- ``processes/``  starting ranks and the backends they talk through: ``launch``, warm ranks
+                  (``shutdown`` retires them, lesson 00), the ``Worker`` interface, torchrun
+                  (lesson 01) and Horovod (lesson 02)
 - ``parallel/``   what the ranks do: one training loop and the strategies that plug into it
                   (data parallelism, lesson 01; local and asynchronous SGD, lesson 04)
 - ``comm/``       hand-written all-reduces and the alpha-beta model of their cost (lesson 03)
@@ -15,9 +16,10 @@ The package is laid out by role; every module names the lesson that introduces i
 """
 from .processes.checks import PortInUseError, bind_arguments
 from .processes.launcher import WorkerError, launch
+from .processes.pool import retire as shutdown
 from .processes.worker import Worker, choose_device
 from .records import RankRecord, StepRecord, max_param_difference, throughput
 
-__all__ = ["launch", "WorkerError", "PortInUseError", "bind_arguments", "RankRecord", "StepRecord",
+__all__ = ["launch", "shutdown", "WorkerError", "PortInUseError", "bind_arguments", "RankRecord", "StepRecord",
            "max_param_difference", "throughput", "Worker", "choose_device"]
 __version__ = "0.1.0"

@@ -34,9 +34,10 @@ def read_pids(pid_dir):
     return [int(open(os.path.join(pid_dir, f)).read()) for f in os.listdir(pid_dir) if f.endswith(".pid")]
 
 
-def launch_forever_in_subprocess(tmp_path, pid_dir, backend="torchrun", wait=120):
+def launch_forever_in_subprocess(tmp_path, pid_dir, backend="torchrun", wait=120, warm=False):
     """Start ``workers.run_forever`` on 2 ranks from a separate Python process that stands in
     for a notebook kernel; return it and the ranks' pids once both ranks are running.
+    ``warm=True``: the ranks first run a short job, then ``run_forever`` on the same (warm) ranks.
 
     The process exits with code 3 and prints ``INTERRUPTED: <message>`` on Ctrl-C.
     """
@@ -44,10 +45,14 @@ def launch_forever_in_subprocess(tmp_path, pid_dir, backend="torchrun", wait=120
     script.write_text(
         "import sys; sys.path.insert(0, %r)\n"
         "import distlab, workers\n"
+        "warm = %r\n"
+        "if warm:\n"
+        "    distlab.launch(workers.echo, world_size=2, backend=%r, warm=True, progress='none')\n"
         "try:\n"
-        "    distlab.launch(workers.run_forever, world_size=2, backend=%r, pid_dir=%r, progress='text')\n"
+        "    distlab.launch(workers.run_forever, world_size=2, backend=%r, pid_dir=%r, progress='text', warm=warm)\n"
         "except KeyboardInterrupt as e:\n"
-        "    print('INTERRUPTED:', e, flush=True); sys.exit(3)\n" % (os.path.join(ROOT, "tests"), backend, pid_dir))
+        "    print('INTERRUPTED:', e, flush=True); sys.exit(3)\n"
+        % (os.path.join(ROOT, "tests"), warm, backend, backend, pid_dir))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, cwd=ROOT)
     deadline = time.time() + wait

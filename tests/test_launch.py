@@ -29,14 +29,24 @@ def test_terminal_progress_is_printed(capsys):
 
 
 BACKENDS = ["torchrun", pytest.param("horovod", marks=pytest.mark.horovod)]
+# Each failure on fresh ranks (a cold launch) and on warm ones that have run a job already (lesson 00).
+WARM = [pytest.param(False, id="cold"), pytest.param(True, id="warm")]
 
 
+def warm_up(warm: bool, world_size: int, **launch) -> None:
+    """For the warm case: a first job that leaves its ranks waiting for the next one."""
+    if warm:
+        assert distlab.launch(workers.echo, world_size=world_size, warm=True, progress="none", **launch)
+
+
+@pytest.mark.parametrize("warm", WARM)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_rank_that_raises_is_named_with_its_traceback(pid_dir, backend):
+def test_a_rank_that_raises_is_named_with_its_traceback(pid_dir, backend, warm):
     before = children()
+    warm_up(warm, 3, backend=backend)
     with pytest.raises(distlab.WorkerError) as info:
         distlab.launch(workers.raise_on_rank, world_size=3, bad_rank=2, backend=backend, pid_dir=pid_dir,
-                       progress="none")
+                       progress="none", warm=warm)
     err = info.value
     assert err.rank == 2
     assert "rank 2 failed" in str(err) and "deliberate failure on rank 2" in str(err)
@@ -45,38 +55,45 @@ def test_a_rank_that_raises_is_named_with_its_traceback(pid_dir, backend):
     assert children() - before == set()
 
 
+@pytest.mark.parametrize("warm", WARM)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_rank_killed_by_a_signal_is_named(pid_dir, backend):
+def test_a_rank_killed_by_a_signal_is_named(pid_dir, backend, warm):
     before = children()
+    warm_up(warm, 2, backend=backend)
     t0 = time.time()
     with pytest.raises(distlab.WorkerError, match="rank 1 failed: it was killed by SIGKILL") as info:
         distlab.launch(workers.kill_on_rank, world_size=2, bad_rank=1, backend=backend, pid_dir=pid_dir,
-                       progress="none")
+                       progress="none", warm=warm)
     assert info.value.rank == 1
     assert time.time() - t0 < 60          # not the 60 s collective timeout: torchrun stops the rest
     assert alive(read_pids(pid_dir)) == []
     assert children() - before == set()
 
 
-def test_a_missing_peer_ends_in_a_timeout_not_a_hang(pid_dir):
+@pytest.mark.parametrize("warm", WARM)
+def test_a_missing_peer_ends_in_a_timeout_not_a_hang(pid_dir, warm):
+    before = children()
+    warm_up(warm, 2, timeout=3)
     with pytest.raises(distlab.WorkerError) as info:
-        distlab.launch(workers.skip_collective, world_size=2, timeout=3, pid_dir=pid_dir, progress="none")
+        distlab.launch(workers.skip_collective, world_size=2, timeout=3, pid_dir=pid_dir, progress="none",
+                       warm=warm)
     assert info.value.rank == 0           # rank 0 gave up waiting for rank 1
-    assert alive(read_pids(pid_dir)) == []
+    assert alive(read_pids(pid_dir)) == [] and children() - before == set()
 
 
 # Horovod's driver and its helper process per rank take longer to stop than torchrun.
 INTERRUPT_LIMITS = {"torchrun": dict(wait=30, stopped_in=15), "horovod": dict(wait=60, stopped_in=20)}
 
 
+@pytest.mark.parametrize("warm", WARM)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_interrupt_stops_every_process(tmp_path, pid_dir, backend):
+def test_interrupt_stops_every_process(tmp_path, pid_dir, backend, warm):
     """Ctrl-C (a notebook's "interrupt kernel") while training stops the launcher, any helpers
     and every rank within seconds."""
     import psutil
 
     limits = INTERRUPT_LIMITS[backend]
-    proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir, backend=backend)
+    proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir, backend=backend, warm=warm)
     time.sleep(1.0)
     family = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     assert set(pids) <= set(family) and len(family) > 2    # launcher (and helpers), the ranks
@@ -183,9 +200,10 @@ def test_a_cpu_quota_is_read_from_cgroup_v1_and_v2(tmp_path):
     assert cpu_quota(str(v1)) == 2.0
 
 
-def test_a_killed_notebook_kernel_takes_its_workers_with_it(tmp_path, pid_dir):
+@pytest.mark.parametrize("warm", WARM)
+def test_a_killed_notebook_kernel_takes_its_workers_with_it(tmp_path, pid_dir, warm):
     """If the process that launched the job dies outright (SIGKILL), no worker survives it."""
-    proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir)
+    proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir, warm=warm)
     proc.kill()
     proc.wait()
     deadline = time.time() + 30

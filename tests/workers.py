@@ -76,3 +76,28 @@ def cores(worker):
 def annotated(worker, steps: int, rate: float = 0.1, layers: list | None = None):
     """No checks of its own: the launcher checks its arguments against these annotations."""
     return {"rank": worker.rank, "steps": steps, "rate": rate, "layers": layers}
+def change_everything(worker):
+    """A job that changes every global setting it can reach (the next job must not notice)."""
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(123)
+    random.seed(1)
+    np.random.seed(1)
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(2)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {0})
+    return {"threads": torch.get_num_threads(), "float64": torch.get_default_dtype() == torch.float64}
+
+
+def global_state(worker):
+    """What a job finds when it starts: random numbers, threads, default dtype, cores."""
+    import random
+
+    import numpy as np
+
+    return {"rank": worker.rank, "torch": torch.rand(3).tolist(), "random": random.random(),
+            "numpy": float(np.random.rand()), "threads": torch.get_num_threads(),
+            "dtype": str(torch.get_default_dtype()), "cores": sorted(os.sched_getaffinity(0))}

@@ -1,9 +1,10 @@
-"""Starting ranks, and the backends they talk through (lessons 01 and 02).
+"""Starting ranks, and the backends they talk through (lessons 00, 01 and 02).
 
 - ``launcher``        ``launch()``: start N ranks from a notebook cell, show progress, collect records
+- ``pool``            warm ranks that stay up between launches (lesson 00)
 - ``checks``          everything checked before a process starts (arguments against the signature)
 - ``jobs``            a running job: poll it, read who failed, stop it with nothing left behind
-- ``rank``            the program each rank runs (reads the job, calls the function, saves the record)
+- ``rank``            the program each rank runs (joins once, then runs job after job)
 - ``worker``          the ``Worker`` interface every training function receives
 - ``torch_backend``   torchrun and torch.distributed behind that interface (lesson 01)
 - ``horovod_backend`` Horovod behind the same interface (lesson 02); ``horovod_driver`` starts it

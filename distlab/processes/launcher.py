@@ -1,33 +1,31 @@
 """Start N real worker processes from a notebook cell (or a terminal) and collect their records.
 
-Introduced in lesson 01.  ``launch(train, world_size=2, ...)``:
+Introduced in lesson 01 (warm ranks: lesson 00).  ``launch(train, world_size=2, ...)``:
 
 1. checks everything it can *before* starting a process (``checks.py``: world size,
    backend, device, port, that ``train`` is importable, its arguments against its
    signature and its own ``validate_args``), so mistakes fail in milliseconds;
-2. writes the job into a fresh run folder (``rank.write_job``) and starts the ranks through
-   the backend's job: torchrun (``torch_backend.TorchrunJob``), or Horovod
-   (``horovod_backend.HorovodJob``, lesson 02);
-3. while they run, shows one progress bar per rank (read from files the ranks append to);
-4. when a rank fails, or the cell is interrupted, stops every worker, checks that none is
+2. finds ranks to run it on: the warm ones of the last launch when they fit (``pool.py``),
+   else new ones, started through the backend's job: torchrun (``torch_backend``) or
+   Horovod (``horovod_backend``, lesson 02);
+3. hands them the job (``rank.submit``) and, while they run, shows one progress bar per
+   rank (read from files the ranks append to);
+4. when a rank fails, or the cell is interrupted, stops every rank, checks that none is
    left, and raises ``WorkerError`` naming the rank, with its traceback;
 5. returns the list of records, one per rank, in rank order.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import warnings
 
-from .checks import bind_arguments, check_importable, check_int, check_port, check_positive, free_port
-from .progress import ProgressReader, make_progress
-from .rank import write_job
+from . import pool as pools
+from .checks import bind_arguments, check_importable, check_int, check_port, check_positive
+from .progress import ProgressReader, in_notebook, make_progress
 from .worker import DEFAULT_TIMEOUT, backend_module, choose_device
 
 
@@ -45,13 +43,16 @@ class WorkerError(RuntimeError):
 def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = "auto",
            port: int | None = None, timeout: float = DEFAULT_TIMEOUT, threads: int = 1,
            progress: str = "auto", title: str | None = None, bind_cores: bool = True,
-           **kwargs) -> list:
+           warm: bool | str = "auto", **kwargs) -> list:
     """Lesson 01: run ``fn(worker, **kwargs)`` on ``world_size`` real processes; return their records.
 
     ``fn`` must live in an importable module.  ``timeout`` (seconds) bounds every collective.
     ``threads`` is the number of intra-op threads per rank (1 keeps ranks from fighting
     over the cores); ``bind_cores`` gives each CPU rank cores of its own when there are
-    enough (``cores.bind_to_cores``, lesson 02).  Raises ``WorkerError`` naming the failed rank.
+    enough (``cores.bind_to_cores``, lesson 02).  ``warm`` (lesson 00): keep the ranks for the
+    next launch (True), or start fresh ones and stop them afterwards (False); ``"auto"``:
+    warm in a notebook, cold in a script (``DISTLAB_WARM=1`` or ``0`` decides instead).
+    Raises ``WorkerError`` naming the failed rank.
     """
     check_int("world_size", world_size)
     chosen = backend_module(backend)
@@ -62,47 +63,69 @@ def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = 
     if port is not None and backend == "horovod":
         raise ValueError("port= sets torchrun's rendezvous port; Horovod always picks a free "
                          "port for its own rendezvous (horovod.run has no setting for it)")
-    if port is None:
-        port = free_port()
-    else:
+    if port is not None:
         check_port(port)
     check_positive("timeout", timeout, " of seconds")
-    run_dir = tempfile.mkdtemp(prefix="distlab-run-")
+    warm = use_warm_ranks(warm)
+    key = (backend, world_size, dev, float(timeout), port)
+    env = _worker_env(threads, dev)
+    if warm:
+        pool, reused = pools.get(key, env)
+    else:
+        pools.retire()                    # one pool at a time: idle ranks hold memory
+        pool, reused = pools.Pool(key, env), False
     try:
-        write_job(run_dir, fn, kwargs, device=dev, timeout=timeout, threads=threads, bind_cores=bind_cores)
+        folder = pool.submit(fn, kwargs, threads=threads, bind_cores=bind_cores)
     except Exception as err:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        pools.drop(pool)
+        pool.retire(clean=False)
+        pool.forget()
         raise ValueError(f"the arguments for the workers cannot be pickled: {err}") from err
 
-    title = title or f"{fn.__name__} on {world_size} {dev} rank(s) via {backend}"
+    title = title or (f"{fn.__name__} on {world_size} {dev} rank(s) via {backend}"
+                      + (" (warm ranks)" if reused else ""))
     display = make_progress(progress, world_size, title)
-    reader = ProgressReader(run_dir, world_size)
-    job = chosen.start_job(world_size, port, _worker_env(threads, dev), run_dir)
+    reader = ProgressReader(folder, world_size)
     status = "failed"
     try:
-        while job.poll() is None:
+        while not pool.finished(folder):
+            if not pool.alive():
+                raise _failure(pool)
             if reader.poll():
                 display.update(reader.latest)
-            time.sleep(0.05)
+            time.sleep(0.02)
         reader.poll()
         display.update(reader.latest)
-        if job.returncode != 0 and not _all_returned(run_dir, world_size):
-            raise _failure(run_dir, job)
-        if job.returncode != 0:   # every rank returned its record, then one crashed on the way out
-            warnings.warn(f"every rank returned its record, but the launcher exited with code "
-                          f"{job.returncode} while the workers shut down; the results are complete")
-        records = [_load_record(run_dir, r) for r in range(world_size)]
+        records = [_load_record(folder, r) for r in range(world_size)]
         status = "done"
+        if warm:
+            pool.retire_when_idle(pools.IDLE_SECONDS)
+        else:
+            code = pool.retire()
+            pool.forget()
+            if code:   # every rank returned its record, then one crashed on the way out
+                warnings.warn(f"every rank returned its record, but the launcher exited with code {code} "
+                              "while the workers shut down; the results are complete")
         return records
     except KeyboardInterrupt:
         status = "interrupted"
-        job.stop()
         raise KeyboardInterrupt(f"interrupted: all {world_size} workers were stopped") from None
     finally:
-        job.stop()
+        if status != "done":
+            pools.drop(pool)
+            pool.retire(clean=False)
+            pool.forget()
         display.close(status)
-        if status == "done":
-            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def use_warm_ranks(warm: bool | str = "auto") -> bool:
+    """Lesson 00: whether ``launch(..., warm=warm)`` keeps its ranks for the next launch."""
+    if warm == "auto":
+        setting = os.environ.get("DISTLAB_WARM", "")
+        return setting == "1" if setting in ("0", "1") else in_notebook()
+    if not isinstance(warm, bool):
+        raise ValueError(f"warm must be True, False or 'auto', got {warm!r}")
+    return warm
 
 
 def _worker_env(threads: int, dev: str) -> dict:
@@ -117,34 +140,30 @@ def _worker_env(threads: int, dev: str) -> dict:
     return env
 
 
-def _all_returned(run_dir: str, world_size: int) -> bool:
-    """Every rank saved its record and none reported an error."""
-    return (all(os.path.exists(os.path.join(run_dir, f"record_{r}.pt")) for r in range(world_size))
-            and not glob.glob(os.path.join(run_dir, "error_*.json")))
-
-
-def _load_record(run_dir: str, rank: int):
+def _load_record(folder: str, rank: int):
     import torch
 
-    path = os.path.join(run_dir, f"record_{rank}.pt")
-    if not os.path.exists(path):
-        raise WorkerError(rank, "it exited without returning a record")
-    return torch.load(path, weights_only=False)
+    return torch.load(os.path.join(folder, f"record_{rank}.pt"), weights_only=False)
 
 
 _SIGNALS = {-int(s): s.name for s in signal.Signals}
 
 
-def _failure(run_dir: str, job) -> WorkerError:
+def _failure(pool, grace: float = 10.0) -> WorkerError:
     """Name the rank that caused the failure, with its traceback when it had one.
 
-    A rank killed by a signal (other than the SIGTERM the launcher sends to the survivors)
-    is the cause; otherwise the earliest Python exception is (peers that lose a connection
-    to a failed rank raise later).
+    First the launcher gets a moment to stop the other ranks and say who died how.  A rank
+    killed by a signal (other than the SIGTERM the launcher sends to the survivors) is the
+    cause; otherwise the earliest Python exception is (peers that lose a connection to a
+    failed rank raise later).
     """
+    job, deadline = pool.job, time.time() + grace
+    while job.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    job.stop()
     log = job.log()
     errors = []
-    for path in glob.glob(os.path.join(run_dir, "error_*.json")):
+    for path in pool.errors():
         try:
             with open(path) as f:
                 errors.append(json.load(f))
