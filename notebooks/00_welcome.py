@@ -55,9 +55,49 @@ for r in records:
           f"{len(r.steps)} steps on its own {len(r.shard)} training digits")
 
 # %% [markdown]
-# Two processes ran, each on its own part of the data, and both reported back. Start-up of a
-# job like this takes several seconds on a small machine (starting Python, importing PyTorch,
-# meeting the other ranks): keep it in mind, it matters for the final lesson.
+# Two processes ran, each on its own part of the data, and both reported back.
+#
+# ## Warm ranks: the second launch starts at once
+#
+# Starting ranks takes seconds: a launcher process imports PyTorch, starts the ranks, and the
+# ranks meet and build their process group before the first step. The training itself is a few
+# milliseconds a step. So in a notebook distlab keeps its ranks: after a job they stay up, with
+# their process group, and wait. The next `launch` with the same world size, backend and device
+# hands its job to them, and they start it the way fresh ranks would (same random state, same
+# threads), so it gives the same results. That waiting group is a **warm pool**.
+#
+# **Predict:** how much faster will the second of two identical launches reach its first step?
+
+# %% tags=["nbval-ignore-output"]
+import time
+
+from distlab.processes import pool
+from distlab.widgets.data_parallel import startup_figure
+from distlab.widgets.display import show
+
+distlab.shutdown()               # no ranks waiting: the next launch has to start fresh ones
+to_first_step = {}
+for start in ("fresh", "warm"):
+    t0 = time.time()
+    again = distlab.launch(data_parallel.train, world_size=2, steps=5, global_batch_size=64, progress="none")
+    to_first_step[start] = max(r.steps[0].t_start for r in again) - t0
+cold = dict(pool.current().startup(), **{"first step": to_first_step["fresh"]})
+print(f"fresh ranks: {to_first_step['fresh']:.2f} s to the first step; warm ranks: {to_first_step['warm']:.3f} s")
+print(f"the waiting ranks and their launcher hold {pool.current().memory() / 2**20:.0f} MB of memory")
+show(startup_figure(cold, to_first_step["warm"]))
+
+# %%
+assert to_first_step["warm"] < to_first_step["fresh"]
+print("jobs these ranks have run:", pool.current().jobs)
+
+# %% [markdown]
+# The fresh start is mostly imports: the launcher's (it then *forks* the ranks, so they start
+# with PyTorch already imported) and the meeting of the ranks. The warm launch skips all of it.
+# What it costs: the idle ranks keep their memory (printed above) until they are retired.
+# distlab retires them when a launch needs other ranks (another world size or backend), when a
+# job fails or is interrupted (the ranks may be in a bad state), after 10 idle minutes, and when
+# the kernel stops; `distlab.shutdown()` retires them at once. In a script (not a notebook)
+# `launch` starts fresh ranks every time unless you pass `warm=True`.
 #
 # ## The data
 

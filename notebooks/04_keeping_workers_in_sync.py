@@ -108,6 +108,19 @@ print("the fast rank waits for the slow one at every all-reduce, and the job slo
 # those 20 ms idle (orange). With N ranks, one slow machine idles the other N - 1. The slower
 # the straggler, the larger the share of the job's time that is waiting; a rank k times slower
 # is the same as a delay of (k - 1) x its compute time.
+#
+# **Try it.** Each position of the slider below is a real 12-step run of the two ranks, launched
+# when you move it. It answers at once because the ranks of the cells above are still up
+# (lesson 00's *warm ranks*): only the training itself runs.
+
+# %% tags=["nbval-ignore-output"]
+def straggling(seconds):
+    """What the slider runs: 12 steps of the same job, rank 1 `seconds` slower per step."""
+    return distlab.launch(data_parallel.train, world_size=2, steps=12, straggler=(1, seconds),
+                          progress="none", **SETUP)
+
+
+timeline.straggler_widget(straggling)
 
 # %% [markdown]
 # ## 3. Stop waiting: asynchronous SGD with a parameter server

@@ -23,7 +23,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .display import DIVERGING, WIDTH, LiveFigure, rank_colour
+from .display import DIVERGING, GREY, NARROW, OKABE_ITO, WIDTH, LiveFigure, rank_colour
 
 
 # ------------------------------------------------------------------------------------------
@@ -40,6 +40,29 @@ def digits_figure(digits, count: int = 30, columns: int = 15) -> Figure:
         ax.axis("off")
     fig.suptitle(f"{count} of the {digits.n_train} training digits ({digits.side}x{digits.side} pixels) "
                  "and their labels", fontsize=11)
+    return fig
+
+
+def startup_figure(cold: dict[str, float], warm: float) -> Figure:
+    """Lesson 00: where a cold launch's seconds go, next to a warm launch.
+
+    ``cold`` maps each part of the start (in order) to the time it was over, in seconds since
+    the launch began (``Pool.startup`` with the first step added); ``warm`` is the seconds from
+    a launch on warm ranks to their first step.
+    """
+    fig = Figure(figsize=(NARROW, 1.9), layout="constrained")
+    ax = fig.add_subplot()
+    start = 0.0
+    for (part, end), colour in zip(cold.items(), OKABE_ITO):
+        ax.barh(1, end - start, left=start, color=colour, label=f"until {part}")
+        start = end
+    ax.barh(0, warm, color=GREY)
+    ax.text(warm, 0, f"  {warm:.2f} s", va="center", fontsize=9)
+    ax.text(start, 1, f"  {start:.1f} s", va="center", fontsize=9)
+    ax.set_yticks([0, 1], ["warm ranks", "fresh ranks"])
+    ax.set_xlim(0, 1.25 * start)
+    ax.set_xlabel("seconds from launch() to the first training step")
+    ax.legend(fontsize=8, ncol=2, loc="lower right", frameon=False)
     return fig
 
 

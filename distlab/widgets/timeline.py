@@ -148,6 +148,34 @@ def timeline_widget(records, steps: tuple[int, int] | None = None, title: str | 
                       lambda v: f"<timeline of {len(records)} ranks, steps {v[0]}-{v[1]} of {n}>")
 
 
+def straggler_widget(run, delays_ms=(0, 5, 10, 20, 40), value_ms: int = 20, steps: tuple[int, int] = (1, 6)):
+    """Lesson 04: a slider for how much slower the straggler is; each value is a real run.
+
+    ``run(seconds)`` is handed in by the lesson: it launches a short job whose rank 1 sleeps
+    ``seconds`` per step and returns its records (on warm ranks it answers in a fraction of a
+    second).  Each delay runs once; moving back to it shows the run already recorded.
+    """
+    if value_ms not in delays_ms:
+        raise ValueError(f"value_ms must be one of {delays_ms}, got {value_ms!r}")
+    runs = {}
+
+    def records(delay_ms):
+        if delay_ms not in runs:
+            runs[delay_ms] = run(delay_ms / 1e3)
+        return runs[delay_ms]
+
+    def caption(delay_ms):
+        wait = mean_wait(records(delay_ms))
+        return (f"straggler {delay_ms} ms slower per step: rank 0 waits {wait[0] * 1e3:.1f} ms per step, "
+                f"rank 1 {wait[1] * 1e3:.1f} ms (the last to arrive waits for nobody)")
+
+    slider = W.SelectionSlider(options=list(delays_ms), value=value_ms, description="straggler ms",
+                               continuous_update=False, style={"description_width": "initial"})
+    return LiveFigure([slider], lambda d: timeline_figure(records(d), steps, f"rank 1 is {d} ms slower per step"),
+                      lambda d: f"<straggler slider: real runs with rank 1 {d} ms slower per step>",
+                      caption=caption)
+
+
 # -------------------------------------------------------------------------------------------
 # synchronous against asynchronous SGD
 # -------------------------------------------------------------------------------------------
