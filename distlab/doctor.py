@@ -48,6 +48,30 @@ def horovod_build() -> dict:
                                                                        "horovodrun")}
 
 
+def this_run() -> str:
+    """Every lesson's first cell: the machine its stored numbers came from, in one line.
+
+    Timings in a lesson mean little without it: how many cores the ranks had, whether each got
+    cores of its own (``cores.bind_to_cores``: only when there are enough), and how busy the
+    machine already was (the load average: runnable processes, over 1, 5 and 15 minutes).
+    """
+    import datetime
+
+    import torch
+
+    from .processes.cores import cpu_quota
+
+    cores, quota = os.cpu_count() or 1, cpu_quota()
+    limit = f" (a quota of {quota:g} of them)" if quota is not None else ""
+    binding = ("CPU ranks are not bound to cores (a CPU quota)" if quota is not None else
+               f"CPU ranks get cores of their own up to {cores} ranks, then share")
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"run on {when}: {cores} CPU cores{limit}, {gpus} GPUs, PyTorch {torch.__version__}; "
+            f"{binding}; load average {load} (1, 5, 15 min)")
+
+
 def report() -> dict:
     return {"machine": machine(), "torch.distributed": communication_libraries(),
             "horovod": horovod_build()}

@@ -1,8 +1,8 @@
 """Small models for the handwritten digits.
 
-Introduced in lesson 01.  Both models are plain ``nn.Sequential`` stacks of named layers,
-so that later lessons (pipeline and tensor parallelism) can cut them into stages with
-ordinary slicing: ``model[:2]`` on one rank, ``model[2:]`` on the next.
+Introduced in lesson 01.  Both models are plain ``nn.Sequential`` stacks of named layers:
+a reader sees every layer by name, and a model can be cut into consecutive pieces with
+ordinary slicing (``model[:2]``, ``model[2:]``).
 
 ``width`` is the knob that changes how much compute each step does per byte of gradient,
 which decides whether distributing pays (lesson "Does distributing pay?").

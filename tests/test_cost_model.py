@@ -161,3 +161,19 @@ def test_large_messages_and_adds_fit_lines_of_their_own():
     # with one large measurement only there is nothing to fit a second line to
     one = M.fit_link({"bytes": sizes[:4], "seconds": seconds[:4]})
     assert one.large is None and one.large_add is None
+
+
+def test_the_verdict_is_computed_from_the_measurement():
+    """Lesson 03 prints this instead of asserting that the model is right: a disagreement shows."""
+    link = M.Link(alpha=1e-4, beta=1e-9, gamma=0.0, lanes=1)
+    times = {"ring": {1000: [3e-3, 3.1e-3, 3.2e-3]}, "tree": {1000: [1e-3, 1.05e-3, 1.1e-3]},
+             "parameter_server": {1000: [2e-3, 2e-3, 2e-3]}, "naive": {1000: [5e-3, 5e-3, 5e-3]},
+             "gloo": {1000: [1e-3]}}
+    measurement = {"world_size": 4, "dtype": "float32", "times": times}
+    rows = MC.compare(measurement, link)
+    said = MC.verdict(measurement, rows)
+    model_pick = min((r for r in rows if "predicted" in r), key=lambda r: r["predicted"])["algorithm"]
+    assert "fastest measured tree (ahead of parameter_server clearly)" in said
+    assert ("agrees" if model_pick == "tree" else "disagrees") in said
+    times["tree"][1000] = [1e-3, 2.5e-3, 2.6e-3]          # median slower than the runner-up's best
+    assert "by less than the spread of the repeats" in MC.verdict(measurement, MC.compare(measurement, link))

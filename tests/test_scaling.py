@@ -199,3 +199,19 @@ def test_allreduce_model_is_lesson_03s_ring_with_a_link_per_rank():
         numel = 1000 * world
         assert speedup.allreduce_seconds(4 * numel, world, link.alpha, link.beta) == pytest.approx(
             cost_model.predict_time("ring", world, numel, link), rel=1e-12)
+
+
+def test_verdicts_say_faster_or_slower_only_when_every_repeat_agrees():
+    def row(world, threads, rep, sps):
+        return dict(model="mlp", width=64, scaling="strong", global_batch_size=64, batch_size=32,
+                    method="by_hand", world_size=world, threads=threads, repeat=rep, samples_per_s=sps)
+
+    rows = [row(1, 1, 0, 100), row(1, 1, 1, 100), row(1, 2, 0, 80), row(1, 2, 1, 80),
+            row(2, 1, 0, 150), row(2, 1, 1, 90)]
+    lines = speedup.verdicts(rows).splitlines()
+    assert lines[0].endswith("no clear difference (the repeats fall on both sides of 1)")
+    assert "1.20x (repeats 0.90 to 1.50)" in lines[0]
+    assert lines[1].endswith("faster") and "vs 1 process x 2 threads" in lines[1]
+    rows[-1]["samples_per_s"] = 95
+    rows[-2]["samples_per_s"] = 60
+    assert speedup.verdicts(rows).splitlines()[0].endswith("slower")

@@ -5,10 +5,12 @@
 * ``measure`` (a worker function: ``distlab.launch(measure_costs.measure, 2)``) times a
   ping-pong and an add, to fit the model's ``Link`` with ``cost_model.fit_link``, then every
   hand-written algorithm and gloo's ``dist.all_reduce`` side by side;
-* ``compare`` puts each measured time next to the model's prediction.
+* ``compare`` puts each measured time next to the model's prediction, and ``verdict`` says
+  what that comparison shows (how close, and whether the model picked the winner).
 """
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -147,3 +149,25 @@ def compare(measurement: dict, link: Link) -> list[dict]:
                 row["ratio"] = row["predicted"] / row["measured"]
             rows.append(row)
     return rows
+
+
+def verdict(measurement: dict, rows: list[dict]) -> str:
+    """Lesson 03: what the comparison says, computed from it: how far the model's times were
+    from the measured ones, and whether it picked the measured winner at each size.
+
+    A winner counts as *clear* only when its median repeat beats the runner-up's best one;
+    otherwise the two are within the spread of the repeats and either could win next time.
+    """
+    ratios = [r["ratio"] for r in rows if "ratio" in r]
+    lines = [f"model/measured time: {min(ratios):.2f} to {max(ratios):.2f} "
+             "(1 = exact; below 1 the model was too optimistic, above 1 too pessimistic)"]
+    for numel in sorted({r["numel"] for r in rows}):
+        mine = sorted((r for r in rows if r["numel"] == numel and "predicted" in r), key=lambda r: r["measured"])
+        won, second = mine[0], mine[1]
+        picked = min(mine, key=lambda r: r["predicted"])["algorithm"]
+        clear = statistics.median(measurement["times"][won["algorithm"]][numel]) < second["measured"]
+        margin = "clearly" if clear else "by less than the spread of the repeats"
+        lines.append(f"{numel:>9,} floats: fastest measured {won['algorithm']} (ahead of "
+                     f"{second['algorithm']} {margin}); the model picked {picked}: "
+                     + ("agrees" if picked == won["algorithm"] else "disagrees"))
+    return "\n".join(lines)

@@ -120,6 +120,35 @@ def speedups(rows, baseline_threads: int = 1) -> list[dict]:
     return out
 
 
+def verdicts(rows, world_size: int = 2) -> str:
+    """Lesson 05: what the measurement says, configuration by configuration, with its spread.
+
+    A lesson must not promise a speedup that this machine may not deliver today, so it prints
+    this instead: ``world_size`` ranks against one process with 1 thread, and against one with
+    ``world_size`` threads, for every repeat (each repeat is a round in which every
+    configuration ran once).  "Faster" or "slower" only when every repeat agrees; otherwise
+    the difference is smaller than the spread of the repeats.
+    """
+    def by_repeat(key, world, threads):
+        return {r["repeat"]: r["samples_per_s"] for r in rows
+                if config_key(r) == key and r["world_size"] == world and r["threads"] == threads}
+
+    lines = []
+    for key in dict.fromkeys(config_key(r) for r in rows):
+        model, width, scaling, batch = key
+        ranks = by_repeat(key, world_size, 1)
+        for other, threads in (("1 process x 1 thread", 1), (f"1 process x {world_size} threads", world_size)):
+            base = by_repeat(key, 1, threads)
+            ratios = sorted(ranks[i] / base[i] for i in ranks if i in base)
+            if not ratios:
+                continue
+            said = ("faster" if ratios[0] > 1 else "slower" if ratios[-1] < 1
+                    else "no clear difference (the repeats fall on both sides of 1)")
+            lines.append(f"{model}{width}, {scaling}, batch {batch}: {world_size} ranks vs {other}: "
+                         f"{statistics.median(ratios):.2f}x (repeats {ratios[0]:.2f} to {ratios[-1]:.2f}): {said}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------
 # Models that predict the speedup
 # ---------------------------------------------------------------------------------------------

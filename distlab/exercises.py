@@ -1,0 +1,174 @@
+"""Exercises that ask: the lesson's cell holds ``...``, a checker here says what is right or wrong.
+
+Introduced in lesson 00.  An exercise cell in a lesson starts with a placeholder
+(``my_answer = ...``) and ends with one of the checkers below.  A checker
+
+* given the placeholder, prints "not answered yet" and returns ``None``, so the lesson still
+  runs from top to bottom (and under nbval) before anyone has answered;
+* given a wrong answer, says what is wrong and what to look at, and returns ``False``;
+* given a right one, confirms it and returns ``True``.
+
+The expected values are computed from the same records and functions the lesson uses, never
+typed in, so a checker stays right when a lesson changes its settings.  The answers, filled in,
+live in ``course/solutions/`` (run by nbval like the lessons); ``tests/test_exercises.py``
+checks that every checker accepts its solution and explains a typical wrong answer.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import data
+from .comm import collectives, cost_model
+from .measure import speedup
+from .models import build_model
+
+
+def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",
+          tolerance: float = 0.0) -> bool | None:
+    """Lesson 00: compare ``answer`` with ``expected`` and say so.
+
+    ``hints`` pairs typical wrong answers with what they suggest went wrong (a dict or a list
+    of pairs); ``otherwise`` is said for any other wrong answer.  Numbers agree within
+    ``tolerance`` (relative); a string agrees whatever its spacing.
+    """
+    if answer is ...:
+        print(f"{exercise}: not answered yet. Replace the ... with your answer and run the cell again.")
+        return None
+    if _same(answer, expected, tolerance):
+        print(f"{exercise}: correct.")
+        return True
+    for wrong, why in (hints.items() if isinstance(hints, dict) else hints):
+        if _same(answer, wrong, tolerance):
+            print(f"{exercise}: not quite. {why}")
+            return False
+    print(f"{exercise}: not quite{': ' + otherwise if otherwise else '.'}")
+    return False
+
+
+def check_each(exercise: str, answers: dict, expected: dict, hints: dict[str, str]) -> bool | None:
+    """Lesson 01: ``check`` for answers with several parts (a dict); says which parts are wrong."""
+    if answers is ... or any(answers.get(k, ...) is ... for k in expected):
+        missing = list(expected) if answers is ... else [k for k in expected if answers.get(k, ...) is ...]
+        print(f"{exercise}: not answered yet ({', '.join(missing)}). Replace each ... with your answer.")
+        return None
+    wrong = [k for k in expected if not _same(answers[k], expected[k], 0.0)]
+    if not wrong:
+        print(f"{exercise}: correct.")
+        return True
+    for k in wrong:
+        print(f"{exercise}: {k} = {answers[k]!r} is not quite. {hints.get(k, '')}".rstrip())
+    return False
+
+
+def _same(answer, expected, tolerance: float) -> bool:
+    if isinstance(expected, torch.Tensor):
+        return (isinstance(answer, torch.Tensor) and answer.shape == expected.shape
+                and bool((answer - expected).abs().max() <= 1e-6 + tolerance * expected.abs().max()))
+    if isinstance(expected, float) or (isinstance(expected, int) and isinstance(answer, float)):
+        return isinstance(answer, (int, float)) and math.isclose(answer, expected, rel_tol=tolerance or 1e-9)
+    if isinstance(expected, str) and isinstance(answer, str):
+        return answer.split() == expected.split()
+    return type(answer) is type(expected) and answer == expected
+
+
+# --- lesson 00 --------------------------------------------------------------------------------
+def digits_per_rank(answer, digits, world_size: int = 2) -> bool | None:
+    """Lesson 00: how many training digits each of ``world_size`` ranks trains on."""
+    n_all = digits.n_train + len(digits.y_test)
+    held_back = "the test digits are held back: split only the training digits (digits.n_train)."
+    return check("digits per rank", answer, math.ceil(digits.n_train / world_size), hints={
+        digits.n_train: f"that is the whole training set; the {world_size} ranks share it.",
+        n_all // world_size: held_back, math.ceil(n_all / world_size): held_back},
+        otherwise="divide digits.n_train between the ranks.")
+
+
+# --- lesson 01 --------------------------------------------------------------------------------
+def averaged_gradient(answer, local_gradients: list[torch.Tensor], expected: torch.Tensor) -> bool | None:
+    """Lesson 01: the gradient every rank applied, from the ranks' local gradients."""
+    n = len(local_gradients)
+    if isinstance(answer, torch.Tensor) and answer.shape != expected.shape:
+        print(f"averaged gradient: not quite. Shape {tuple(answer.shape)}, but out.weight's gradient has "
+              f"shape {tuple(expected.shape)}: average over the ranks, not over the weights.")
+        return False
+    return check("averaged gradient", answer, expected, hints=[
+        (n * expected, f"that is the sum of the {n} local gradients, {n} times too big: average them."),
+        (local_gradients[0], "that is rank 0's own gradient: every rank applies the average of all of them.")],
+        otherwise="stack the ranks' local gradients and take their mean over the ranks.", tolerance=1e-5)
+
+
+def shards_of_three(answers, n: int, global_batch_size: int = 96, world_size: int = 3) -> bool | None:
+    """Lesson 01: shard size, samples used twice, and steps per epoch for 3 ranks."""
+    per_rank = math.ceil(n / world_size)
+    expected = dict(samples_per_rank=per_rank, used_twice=per_rank * world_size - n,
+                    steps_per_epoch=data.steps_per_epoch(n, world_size, global_batch_size // world_size))
+    return check_each("three shards", answers, expected, hints=dict(
+        samples_per_rank=f"every rank gets the same number: {n} / {world_size} rounded up.",
+        used_twice="the shards together hold more than n samples: how many more?",
+        steps_per_epoch=f"each rank's batch is the global batch / {world_size}, taken from its own shard."))
+
+
+# --- lesson 02 --------------------------------------------------------------------------------
+def fusion_in_numbers(answers, model_name: str, width: int) -> bool | None:
+    """Lesson 02: all-reduces per step by hand, gradient bytes, bytes a ring rank sends at N = 4."""
+    params = list(build_model(model_name, width).parameters())
+    grad_bytes = 4 * sum(p.numel() for p in params)
+    expected = dict(all_reduces_per_step=len(params), gradient_bytes=grad_bytes,
+                    ring_bytes_sent_at_4=cost_model.bytes_per_rank("ring", 4, grad_bytes // 4)[0])
+    return check_each("tensor fusion", answers, expected, hints=dict(
+        all_reduces_per_step="by hand, one all-reduce per parameter tensor (weights and biases).",
+        gradient_bytes="one float32 (4 bytes) per parameter.",
+        ring_bytes_sent_at_4="a ring rank sends 2(N-1) chunks of 1/N of the gradient: 2(N-1)/N of it, "
+                             "the whole gradient only at N = 2."))
+
+
+def horovodrun_start(answer, expected_words: list[str]) -> bool | None:
+    """Lesson 02: the start of the horovodrun command for 4 ranks on this machine with Gloo."""
+    return check("horovodrun", answer, " ".join(expected_words),
+                 otherwise="you need the number of processes (-np), Gloo (--gloo) and the host "
+                           "with its slots (-H localhost:4).")
+
+
+# --- lesson 03 --------------------------------------------------------------------------------
+def ring_bytes(answer, world_size: int, numel: int) -> bool | None:
+    """Lesson 03: bytes each rank of a ring sends to all-reduce ``numel`` float32 numbers."""
+    whole = 4 * numel
+    return check("ring bytes", answer, cost_model.bytes_per_rank("ring", world_size, numel)[0], hints={
+        whole: "that is one whole tensor: count the reduce-scatter and the all-gather.",
+        (world_size - 1) * whole: "that is what the parameter server sends: the ring sends chunks.",
+        numel: "bytes, not numbers: a float32 is 4 bytes."},
+        otherwise="2(N-1) steps, each sends one chunk of n/N numbers of 4 bytes.")
+
+
+def fastest_on_cluster(answers, world_size: int, link: cost_model.Link) -> bool | None:
+    """Lesson 03: the algorithm the model says is fastest, for a tiny and a huge gradient."""
+    def fastest(numel):
+        times = {a: cost_model.predict_time(a, world_size, numel, link) for a in collectives.ALGORITHMS}
+        return min(times, key=times.get)
+
+    expected = dict(fastest_small=fastest(100), fastest_big=fastest(100_000_000))
+    return check_each("fastest on the cluster", answers, expected, hints=dict(
+        fastest_small="for 100 floats, latency (alpha) is all that counts: which needs the fewest rounds?",
+        fastest_big="for 100 million floats, bandwidth counts: which sends the fewest bytes per rank?"))
+
+
+# --- lesson 04 --------------------------------------------------------------------------------
+def local_sgd_rounds(answer, measured: int, steps: int, k: int) -> bool | None:
+    """Lesson 04: how often local SGD all-reduced its parameters in ``steps`` steps."""
+    return check("local SGD rounds", answer, measured, hints={
+        steps: "that is one per step: local SGD averages every k steps.",
+        steps * k: "local SGD averages less often than every step, not more."},
+        otherwise=f"count the steps with an all-reduce in the record: one every {k}.")
+
+
+# --- lesson 05 --------------------------------------------------------------------------------
+def allreduce_on_eight(answer, nbytes: int, messages: int, alpha: float, beta: float) -> bool | None:
+    """Lesson 05: the alpha-beta time of one step's ring all-reduces on 8 ranks."""
+    expected = speedup.allreduce_seconds(nbytes, 8, alpha, beta, messages=messages)
+    return check("all-reduce on 8 ranks", answer, expected, hints={
+        speedup.allreduce_seconds(nbytes, 8, alpha, beta, messages=1):
+            f"each of the {messages} tensors pays the latency of its own 2(N-1) rounds.",
+        2 * 7 * messages * alpha + nbytes * beta:
+            "a ring rank sends 2(N-1)/N of the bytes, not all of them once."},
+        otherwise="2(N-1) k alpha for the latency, plus 2(N-1)/N n beta for the bytes.", tolerance=1e-6)

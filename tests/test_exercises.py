@@ -1,0 +1,67 @@
+"""Every exercise checker (distlab/exercises.py): a placeholder is "not answered yet", the
+solution is accepted, and a typical wrong answer is rejected with a message that says why."""
+import pytest
+import torch
+
+from distlab import exercises as ex
+from distlab.comm import cost_model
+from distlab.data import load_digits
+from distlab.measure import speedup
+
+DIGITS = load_digits()
+LOCAL = [torch.arange(12.0).reshape(3, 4) * (r + 1) for r in range(2)]
+AVERAGE = torch.stack(LOCAL).mean(0)
+CLUSTER = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
+ALPHA, BETA, NBYTES = 200e-6, 1 / 2e9, speedup.gradient_bytes("mlp", 64)
+
+# checker, its context, the solution, a typical wrong answer, words the rejection must contain
+CASES = {
+    "00 digits per rank": (ex.digits_per_rank, dict(digits=DIGITS), 719, 898, "held back"),
+    "00 whole training set": (ex.digits_per_rank, dict(digits=DIGITS), 719, 1438, "whole training set"),
+    "01 averaged gradient": (ex.averaged_gradient, dict(local_gradients=LOCAL, expected=AVERAGE),
+                             AVERAGE.clone(), LOCAL[0] + LOCAL[1], "sum"),
+    "01 averaged over weights": (ex.averaged_gradient, dict(local_gradients=LOCAL, expected=AVERAGE),
+                                 AVERAGE.clone(), AVERAGE.mean(), "shape"),
+    "01 three shards": (ex.shards_of_three, dict(n=1438),
+                        dict(samples_per_rank=480, used_twice=2, steps_per_epoch=15),
+                        dict(samples_per_rank=480, used_twice=2, steps_per_epoch=5), "global batch / 3"),
+    "02 tensor fusion": (ex.fusion_in_numbers, dict(model_name="mlp", width=64),
+                         dict(all_reduces_per_step=6, gradient_bytes=35_880, ring_bytes_sent_at_4=53_820),
+                         dict(all_reduces_per_step=6, gradient_bytes=35_880, ring_bytes_sent_at_4=35_880),
+                         "2(N-1)/N"),
+    "02 horovodrun": (ex.horovodrun_start, dict(expected_words="horovodrun -np 4 --gloo -H localhost:4".split()),
+                      "horovodrun -np 4 --gloo -H localhost:4", "horovodrun -np 4", "--gloo"),
+    "03 ring bytes": (ex.ring_bytes, dict(world_size=4, numel=1_000_000), 6_000_000, 12_000_000,
+                      "parameter server"),
+    "03 fastest on the cluster": (ex.fastest_on_cluster, dict(world_size=16, link=CLUSTER),
+                                  dict(fastest_small="tree", fastest_big="ring"),
+                                  dict(fastest_small="ring", fastest_big="ring"), "latency"),
+    "04 local SGD rounds": (ex.local_sgd_rounds, dict(measured=4, steps=64, k=16), 4, 64, "one per step"),
+    "05 all-reduce on 8": (ex.allreduce_on_eight, dict(nbytes=NBYTES, messages=6, alpha=ALPHA, beta=BETA),
+                           2 * 7 * 6 * ALPHA + 2 * 7 / 8 * NBYTES * BETA,
+                           2 * 7 * ALPHA + 2 * 7 / 8 * NBYTES * BETA, "latency of its own"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_checker_accepts_the_solution_and_explains_a_wrong_answer(case, capsys):
+    checker, context, solution, wrong, why = CASES[case]
+    assert checker(..., **context) is None
+    assert "not answered yet" in capsys.readouterr().out
+    assert checker(solution, **context) is True
+    assert "correct" in capsys.readouterr().out
+    assert checker(wrong, **context) is False
+    said = capsys.readouterr().out
+    assert "not quite" in said and why in said, said
+
+
+def test_a_part_left_as_placeholder_is_not_answered_yet(capsys):
+    answers = dict(samples_per_rank=480, used_twice=..., steps_per_epoch=15)
+    assert ex.shards_of_three(answers, n=1438) is None
+    assert "used_twice" in capsys.readouterr().out
+
+
+def test_solutions_match_the_lessons_own_numbers():
+    """The solutions above are the numbers the lessons' settings give (not typed in twice)."""
+    assert cost_model.bytes_per_rank("ring", 4, 8970)[0] == 53_820
+    assert DIGITS.n_train == 1438 and 4 * 8970 == NBYTES
