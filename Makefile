@@ -3,13 +3,13 @@
 #                   (HEADLESS=1 make lab prints the URL instead of opening a browser)
 #   make test       create .venv if needed, install everything, run the whole test suite
 # and three for the people who change the course:
-#   make notebooks  sync each lesson's .py and .ipynb (jupytext), then re-execute every lesson
+#   make notebooks  sync each lesson's (and solution's) .py and .ipynb, then re-execute them all
 #   make bench      run every benchmark in bench/ (each prints its GOAL lines)
 #   make lint       ruff, as make test runs it
 PY := .venv/bin/python
 PORT ?= 8888
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
-LINTED := distlab tests bench tools notebooks
+LINTED := distlab tests bench tools notebooks course
 
 .PHONY: lab test setup setup-test notebooks bench lint clean
 
@@ -27,17 +27,19 @@ lab: setup
 
 test: setup-test
 	$(PY) -m ruff check $(LINTED)
-	$(PY) -m pytest tests notebooks $(NBVAL) -v -rs --durations=25
+	$(PY) -m pytest tests notebooks course/solutions $(NBVAL) -v -rs --durations=25
 
 lint: setup-test
 	$(PY) -m ruff check $(LINTED)
 
+LESSONS := notebooks/*.ipynb course/solutions/*.ipynb
+
 notebooks: setup-test
-	$(PY) -m jupytext --sync notebooks/*.ipynb
-	for nb in notebooks/*.ipynb; do \
+	$(PY) -m jupytext --sync $(LESSONS)
+	for nb in $(LESSONS); do \
 	  $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; done
-	$(PY) -m jupytext --sync notebooks/*.ipynb
+	$(PY) -m jupytext --sync $(LESSONS)
 
 bench: setup-test
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

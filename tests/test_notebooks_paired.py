@@ -9,7 +9,9 @@ import pytest
 from helpers import ROOT
 
 NOTEBOOKS = Path(ROOT) / "notebooks"
+SOLUTIONS = Path(ROOT) / "course" / "solutions"
 STEMS = sorted({p.stem for p in NOTEBOOKS.glob("*.ipynb")} | {p.stem for p in NOTEBOOKS.glob("[0-9]*.py")})
+SOLVED = sorted({p.stem for p in SOLUTIONS.glob("*.ipynb")} | {p.stem for p in SOLUTIONS.glob("[0-9]*.py")})
 
 
 def cells(path: Path) -> list[tuple]:
@@ -18,15 +20,19 @@ def cells(path: Path) -> list[tuple]:
     return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", ()))) for c in nb.cells]
 
 
-def test_there_are_lessons():
+def test_there_are_lessons_and_their_solutions():
     assert len(STEMS) >= 6, STEMS
+    assert SOLVED == STEMS, "every lesson has a solutions notebook in course/solutions/"
 
 
-@pytest.mark.parametrize("stem", STEMS)
-def test_each_lesson_is_a_pair_with_the_same_cells(stem):
-    text, notebook = NOTEBOOKS / f"{stem}.py", NOTEBOOKS / f"{stem}.ipynb"
+PAIRS = [NOTEBOOKS / stem for stem in STEMS] + [SOLUTIONS / stem for stem in SOLVED]
+
+
+@pytest.mark.parametrize("path", PAIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_each_lesson_is_a_pair_with_the_same_cells(path):
+    stem, text, notebook = path.name, path.with_suffix(".py"), path.with_suffix(".ipynb")
     assert text.exists() and notebook.exists(), (
-        f"{stem}: only one side of the pair exists; run `.venv/bin/jupytext --sync notebooks/{stem}.*`")
+        f"{stem}: only one side of the pair exists; run `.venv/bin/jupytext --sync {path}.*`")
     a, b = cells(text), cells(notebook)
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     assert a == b, (f"{stem}.py and {stem}.ipynb differ from cell {first} on ({len(a)} vs {len(b)} cells): "

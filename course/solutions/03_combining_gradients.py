@@ -1,0 +1,35 @@
+# %% [markdown]
+# # Lesson 03 · solutions
+#
+# The exercises of `notebooks/03_combining_gradients.ipynb` with their answers filled in,
+# checked by the same checkers as in the lesson.
+
+# %%
+from distlab import exercises
+from distlab.comm import cost_model
+
+# %% [markdown]
+# **Ring bytes.** The ring cuts the tensor into N = 4 chunks of 250,000 numbers. In the
+# reduce-scatter each rank sends N-1 = 3 chunks, in the all-gather 3 more: 6 chunks of
+# 250,000 float32 numbers, 6 x 250,000 x 4 = 6,000,000 bytes (1.5 tensors). The parameter
+# server sends 3 whole tensors, 12,000,000 bytes.
+
+# %%
+N, numel, bytes_per_float = 4, 1_000_000, 4
+my_answer = 2 * (N - 1) * (numel // N) * bytes_per_float
+
+assert exercises.ring_bytes(my_answer, world_size=N, numel=numel)
+
+# %% [markdown]
+# **Fastest on the cluster.** For 100 floats the bytes cost nothing next to α: what counts is
+# how many messages follow one another. The tree needs 2·log₂16 = 8 of them, the ring
+# 2(16-1) = 30, and the server of the parameter server (like rank 0 of the naive all-reduce)
+# takes in 15 messages on its one link, one after another. For 100 million floats the bytes
+# dominate: a ring rank sends 2(N-1)/N ≈ 1.9 tensors over its own link, the tree's busiest
+# rank 4 whole tensors (one per level), the server 15.
+
+# %%
+cluster = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
+answer = dict(fastest_small="tree", fastest_big="ring")
+
+assert exercises.fastest_on_cluster(answer, world_size=16, link=cluster)
