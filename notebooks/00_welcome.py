@@ -31,6 +31,7 @@ from distlab import doctor
 
 print(doctor.format_report(doctor.report()))
 print("a 2-rank job here runs on:", distlab.choose_device("auto", local_world_size=2))
+print(doctor.this_run())    # the machine the stored numbers in this lesson come from
 
 # %% [markdown]
 # With no GPU for every rank, each worker is a CPU process and they talk over gloo. With enough
@@ -52,10 +53,11 @@ records = distlab.launch(data_parallel.train, world_size=2, steps=5, global_batc
 # %%
 for r in records:
     print(f"rank {r.rank} of {r.world_size} (launched by {r.backend}): "
-          f"{len(r.steps)} steps on its own {len(r.shard)} training digits")
+          f"{len(r.steps)} steps on its own share of the training digits")
 
 # %% [markdown]
-# Two processes ran, each on its own part of the data, and both reported back.
+# Two processes ran, each on its own part of the data, and both reported back. In a notebook
+# they do not exit when the job is done: they wait for the next one (below).
 #
 # ## Warm ranks: the second launch starts at once
 #
@@ -113,15 +115,24 @@ print(f"{digits.n_train} training and {len(digits.y_test)} test digits, "
 show(digits_figure(digits))
 
 # %% [markdown]
-# **Predict, then check.** When two workers share the training set, each gets its own half.
-# How many training digits does each of the two ranks above train on? Replace the answer,
-# then run the cell.
+# **Exercise: predict, then check.** When two workers share the training set, each gets its own
+# half. How many training digits does each of the two ranks above train on? Replace the `...`
+# with your answer and run the cell; `exercises.digits_per_rank` says whether it is right.
 
 # %%
-my_answer = 719   # digits per rank when 2 ranks share the training set (solution filled in)
+from distlab import exercises
 
-assert my_answer == len(records[0].shard) == len(records[1].shard), "not quite: look at digits.n_train"
-print("correct:", my_answer, "digits each")
+my_answer = ...   # digits each of the 2 ranks trains on
+
+exercises.digits_per_rank(my_answer, digits, world_size=2)
+
+# %% [markdown]
+# What the ranks themselves recorded (their *shard* is the list of digits they trained on):
+
+# %%
+shards = [len(r.shard) for r in records]
+print("training digits per rank, from the records:", shards)
+assert shards == [-(-digits.n_train // 2)] * 2
 
 # %% [markdown]
 # ## How the course is laid out
@@ -136,9 +147,11 @@ print("correct:", my_answer, "digits each")
 # | **05** does distributing pay? | Measured speed-ups and slow-downs, and when distribution is worth it. |
 #
 # Each lesson starts with its goal, runs real jobs, shows them with widgets (sliders and
-# drop-downs that redraw pictures of what was recorded), and ends with exercises whose answers
-# are checked by an `assert`. The library code the lessons use is in `distlab/`, one idea per
-# module, each function naming the lesson that introduces it. `course/README.md` lists the
-# exercises and solutions.
+# drop-downs that redraw pictures of what was recorded), and ends with exercises. An exercise
+# cell holds `...` where your answer goes; a checker from `distlab.exercises` says "not
+# answered yet" until you replace it, explains what is wrong with a wrong answer, and confirms a
+# right one. The library code the lessons use is in `distlab/`, one idea per
+# module, each function naming the lesson that introduces it. The answers are in
+# `course/solutions/` (`course/README.md` lists them).
 #
 # Next: **01 · Data parallelism**.

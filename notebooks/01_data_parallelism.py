@@ -10,8 +10,9 @@
 # * **Data parallelism** (this lesson): every worker holds a *full copy* of the model and trains
 #   it on a *different part of the data*. The copies must stay identical, so the workers combine
 #   their gradients before every update.
-# * **Model parallelism** (later lessons): the *model* is cut into pieces that live on different
-#   workers, for models too large for one. Activations travel between workers instead of gradients.
+# * **Model parallelism**: the *model* is cut into pieces that live on different workers, for
+#   models too large for one. Activations travel between workers instead of gradients. This
+#   course does not run it yet: lessons 01 to 05 are all data parallelism.
 #
 # The insurance company wants to train on more data, so data parallelism comes first.
 
@@ -19,7 +20,7 @@
 import torch
 import distlab
 from distlab.parallel import data_parallel
-from distlab.data import load_digits, shard_indices, steps_per_epoch
+from distlab.data import load_digits, shard_indices
 from distlab.widgets.data_parallel import gradient_widget, gradients_at, partition_widget
 
 torch.set_num_threads(1)   # tiny model: one thread here leaves the other core to the workers
@@ -27,6 +28,11 @@ digits = load_digits()
 N = 2                      # workers (ranks)
 config = dict(model="mlp", width=64, global_batch_size=64, steps=150, lr=0.5, seed=0,
               record_grads_at=(0, 50, 149))
+
+# %% tags=["nbval-ignore-output"]
+from distlab import doctor
+
+print(doctor.this_run())    # the machine the numbers in this lesson come from
 
 # %% [markdown]
 # ## Partitions and mini-batches
@@ -185,15 +191,16 @@ for name, records in (("by_hand", by_hand), ("ddp", ddp), ("single", [single])):
 # ## Exercises
 #
 # **1.** From the ranks' own (local) gradients of `out.weight` at step 50, compute the gradient
-# that every rank applied. Replace the solution with your own code.
+# that every rank applied. Replace the `...` with your own code (rank *r*'s local gradient is
+# `by_hand[r].grads[50]["out.weight"]["local"]`).
 
 # %%
-my_average = torch.stack([r.grads[50]["out.weight"]["local"] for r in by_hand]).mean(0)   # solution
+from distlab import exercises
 
-expected = single.grads[50]["out.weight"]["local"]
-assert my_average.shape == expected.shape, f"shape {tuple(my_average.shape)}, expected {tuple(expected.shape)}"
-assert (my_average - expected).abs().max() <= 1e-6, "not the global gradient yet"
-print("exercise 1: correct")
+my_average = ...   # a tensor of the shape of out.weight
+
+local = [r.grads[50]["out.weight"]["local"] for r in by_hand]
+exercises.averaged_gradient(my_average, local, expected=single.grads[50]["out.weight"]["local"])
 
 # %% [markdown]
 # **2.** With **3** workers and a **global** batch of 96 on the same 1,438 training digits:
@@ -201,16 +208,13 @@ print("exercise 1: correct")
 # how many steps make one epoch?
 
 # %%
-answer = dict(samples_per_rank=480, used_twice=2, steps_per_epoch=15)   # solution
+answer = dict(samples_per_rank=..., used_twice=..., steps_per_epoch=...)
 
-shards = [shard_indices(n, r, 3) for r in range(3)]
-assert answer["samples_per_rank"] == len(shards[0]), "each rank gets ceil(n / 3)"
-assert answer["used_twice"] == sum(map(len, shards)) - n
-assert answer["steps_per_epoch"] == steps_per_epoch(n, 3, 96 // 3), "per-rank batch is 96 / 3"
-print("exercise 2: correct")
+exercises.shards_of_three(answer, n=digits.n_train, global_batch_size=96, world_size=3)
 
 # %% [markdown]
-# More exercises (with solutions) are in `course/exercises/01_data_parallelism.md`.
+# The answers are in `course/solutions/01_data_parallelism.py`; more exercises (with
+# solutions) are in `course/exercises/01_data_parallelism.md`.
 #
 # **What we learned:** N workers with the same starting parameters and averaged gradients take
 # exactly the steps of one process on an N times larger batch. Data parallelism buys a bigger
