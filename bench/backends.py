@@ -25,6 +25,7 @@ import time
 
 import distlab
 from distlab.parallel import data_parallel as dp
+from scripts.goals import goal
 
 WORLD_SIZE = 2
 # A step with enough computation for distributing to be worth it on 2 cores (lesson 05's
@@ -73,10 +74,9 @@ def main() -> int:
            for b, v in results.items()}
     for b, (tput, startup) in med.items():
         print(f"{b:9s} median: {tput:9.0f} samples/s, start-up {startup:.1f} s")
-    ratio = statistics.median(pair_ratios)
     print("Horovod/torchrun per pair: " + " ".join(f"{r:.2f}" for r in pair_ratios))
     print(f"start-up seconds: horovod {med['horovod'][1]:.1f}, torchrun {med['torchrun'][1]:.1f}")
-    print(f"GOAL horovod_vs_torchrun_throughput {ratio:.2f} >= {GOAL} {'PASS' if ratio >= GOAL else 'MISS'}")
+    goal("horovod_vs_torchrun_throughput", pair_ratios, ">=", GOAL)
     print(f"({time.time() - t0:.0f} s)")
     return 0
 
