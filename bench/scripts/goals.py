@@ -20,7 +20,7 @@ def goal(name: str, rounds, op: str, target) -> bool:
     else:                                    # "within": target = (low, high)
         ok, shown = target[0] <= value <= target[1], f"{target[0]}..{target[1]}"
     spread = (max(rounds) - min(rounds)) / 2 / abs(value) if value else float("nan")
-    print(f"{name}: median of {len(rounds)} rounds {value:.3g}, rounds {min(rounds):.3g} to "
-          f"{max(rounds):.3g} (spread ±{spread:.1%})")
-    print(f"GOAL {name} {value:.3g} {op} {shown} {'PASS' if ok else 'MISS'}")
+    print(f"{name}: median of {len(rounds)} rounds {value:.4g}, rounds {min(rounds):.4g} to "
+          f"{max(rounds):.4g} (spread ±{spread:.1%})")
+    print(f"GOAL {name} {value:.4g} {op} {shown} {'PASS' if ok else 'MISS'}")
     return ok
