@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -154,6 +155,21 @@ def record_exits(pool_dir: str, world_size: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def stop_all_when_orphaned(parent_pid: int, grace: float = 5.0) -> None:
+    """If the notebook kernel that started this launcher dies, end the launcher and its ranks.
+
+    The kernel's death sends SIGTERM (``jobs.die_with_parent``), and torchrun's handler then
+    stops the ranks; but a second SIGTERM that arrives while it does so (the kernel's own
+    clean-up sends one too) breaks torchrun's shutdown half-way and left launcher and ranks
+    running.  So, orphaned and still alive ``grace`` seconds later, the launcher kills its
+    whole process group (it leads a session of its own: the ranks are in it).
+    """
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    time.sleep(grace)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m distlab.processes.torch_backend N PORT POOL_DIR``: torchrun, forking its ranks.
 
@@ -180,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     config, _, _ = config_from_args(parse_args([*torchrun_flags(int(world_size), int(port)),
                                                 "--start-method=fork", "distlab-rank"]))
     record_exits(pool_dir, int(world_size))
+    threading.Thread(target=stop_all_when_orphaned, args=(os.getppid(),), daemon=True).start()
     try:
         elastic_launch(config, entrypoint=serve)(pool_dir, NAME)
     except ChildFailedError as err:
