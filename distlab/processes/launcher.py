@@ -77,9 +77,7 @@ def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = 
     try:
         folder = pool.submit(fn, kwargs, threads=threads, bind_cores=bind_cores)
     except Exception as err:
-        pools.drop(pool)
-        pool.retire(clean=False)
-        pool.forget()
+        pools.discard(pool)
         raise ValueError(f"the arguments for the workers cannot be pickled: {err}") from err
 
     title = title or (f"{fn.__name__} on {world_size} {dev} rank(s) via {backend}"
@@ -112,9 +110,7 @@ def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = 
         raise KeyboardInterrupt(f"interrupted: all {world_size} workers were stopped") from None
     finally:
         if status != "done":
-            pools.drop(pool)
-            pool.retire(clean=False)
-            pool.forget()
+            pools.discard(pool)
         display.close(status)
 
 

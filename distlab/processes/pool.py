@@ -169,6 +169,13 @@ def drop(pool: Pool) -> None:
             _current = None
 
 
+def discard(pool: Pool) -> None:
+    """Stop ``pool`` at once and delete its folder, after a failure has been read from it."""
+    drop(pool)
+    pool.retire(clean=False)
+    pool.forget()
+
+
 def current() -> Pool | None:
     """Lesson 00: the warm pool, if there is one."""
     return _current
