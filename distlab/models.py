@@ -42,15 +42,23 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}   # the precisions
 
 
 def build_model(name: str = "mlp", width: int = 64, *, seed: int = 0, side: int = 8,
-                dtype=torch.float32) -> nn.Sequential:
-    """Build a model with weights drawn from ``seed``: the same seed gives the same model."""
+                dtype=torch.float32, depth: int = 2) -> nn.Sequential:
+    """Build a model with weights drawn from ``seed``: the same seed gives the same model.
+
+    ``depth`` (the MLP's number of hidden layers) matters when the model is cut into
+    pipeline stages (lesson 06): each stage needs at least one layer with weights.
+    """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}")
     if not isinstance(width, int) or width < 1:
         raise ValueError(f"width must be a positive integer, got {width!r}")
+    if name != "mlp" and depth != 2:
+        raise ValueError(f"depth sets the MLP's hidden layers; the {name} has a fixed depth")
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be a positive integer, got {depth!r}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = MODELS[name](width=width, side=side)
+        model = MODELS[name](width=width, side=side, **({"depth": depth} if name == "mlp" else {}))
     return model.to(dtype)
 
 

@@ -42,6 +42,9 @@ class RankRecord:
     params: dict[str, torch.Tensor] = field(default_factory=dict)   # final parameters
     test_accuracy: float = float("nan")
     wall_time: float = 0.0                    # seconds from the first step to the last
+    # model parallelism (lesson 06): every pass, send and receive, {"step", "kind", "micro",
+    # "chunk", "start", "end", "held"} (held: micro-batches whose activations the rank keeps)
+    events: list[dict] = field(default_factory=list)
 
     @property
     def losses(self) -> list[float]:

@@ -101,3 +101,12 @@ def global_state(worker):
     return {"rank": worker.rank, "torch": torch.rand(3).tolist(), "random": random.random(),
             "numpy": float(np.random.rand()), "threads": torch.get_num_threads(),
             "dtype": str(torch.get_default_dtype()), "cores": sorted(os.sched_getaffinity(0))}
+
+
+def pipelines(worker, cases):
+    """Several pipeline jobs in one launch: ``{name: record}`` for ``cases = {name: (module, kwargs)}``
+    (module ``"pipeline"`` or ``"torch_pipeline"``, from ``distlab.parallel``)."""
+    import importlib
+
+    return {name: importlib.import_module(f"distlab.parallel.{module}").train(worker, **kwargs)
+            for name, (module, kwargs) in cases.items()}

@@ -114,7 +114,7 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
                  batch_size: int | None = None, global_batch_size: int | None = None,
                  steps: int = 50, lr: float = 0.1, seed: int = 0, record_grads_at=(0,),
                  record_layers=None, dtype: str = "float32", device: str = "cpu",
-                 warmup_steps: int = 0) -> RankRecord:
+                 warmup_steps: int = 0, depth: int = 2) -> RankRecord:
     """Lesson 01: the reference, one process at the global batch that ``world_size`` ranks share.
 
     Runs in the calling process, as a ``Worker`` of its own with no job, through the same
@@ -122,6 +122,7 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
     the union of the ranks' mini-batches (``global_batch``), so its parameters are what data
     parallelism must give.
     ``grads[step][layer]["local"]`` and ``["average"]`` both hold the big-batch gradient.
+    ``depth`` (the MLP's hidden layers) is for the pipeline lesson's deeper models.
     """
     b = validate_args(world_size, method="by_hand", collective="dist", model=model, width=width,
                       batch_size=batch_size,
@@ -131,7 +132,7 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
     run = start(alone, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method="single",
                 config=dict(model=model, width=width, batch_size=b * world_size, steps=steps, lr=lr,
                             seed=seed, dtype=dtype, mimics_world_size=world_size,
-                            warmup_steps=warmup_steps), shard=(0, 1))
+                            warmup_steps=warmup_steps, depth=depth), shard=(0, 1), depth=depth)
     n = run.data.n_train
     return train_steps(run, Strategy(), steps, lambda step: global_batch(n, world_size, b, step, seed=seed),
                        lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world_size),

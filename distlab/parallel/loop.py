@@ -84,14 +84,14 @@ class Run:
 
 
 def start(worker, *, model: str, width: int, lr: float, seed: int, dtype: str, method: str,
-          config: dict, shard: tuple[int, int] | None = None) -> Run:
+          config: dict, shard: tuple[int, int] | None = None, depth: int = 2) -> Run:
     """Lesson 01: load the data, build the model from ``seed``, make the optimizer and the record.
 
     ``shard=(position, of)`` says whose share of the data this rank trains on (default: its
     own rank among all ranks); the record keeps those sample indices.
     """
     data = load_digits(dtype=DTYPES[dtype])
-    net = build_model(model, width, seed=seed, dtype=DTYPES[dtype]).to(worker.device)
+    net = build_model(model, width, seed=seed, dtype=DTYPES[dtype], depth=depth).to(worker.device)
     position, of = shard or (worker.rank, worker.world_size)
     record = RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device),
                         config=config, shard=shard_indices(data.n_train, position, of, seed=seed))

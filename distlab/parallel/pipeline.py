@@ -1,0 +1,210 @@
+"""Pipeline parallelism on real ranks: each rank trains a stage, micro-batches flow through.
+
+Introduced in lesson 06 ("Splitting the model").  ``stages.py`` cuts the model, and
+``schedules.py`` says in which order each stage runs its passes; this module *runs* them.
+A rank does only two things, over and over:
+
+* **forward** of micro-batch ``i``: take the input (the images on the first stage, otherwise
+  receive the previous stage's activations), run its layers, send the output on (the last
+  stage computes the loss instead) and keep what the backward pass will need;
+* **backward** of micro-batch ``i``: receive the gradient of its output from the next stage
+  (the last stage starts from the loss), run backward through its layers, send the gradient
+  of its input back.
+
+Only activations and their gradients travel, as point-to-point messages (``send``/``recv``
+over gloo between CPU processes, NCCL between GPUs); the parameters never leave their rank.
+After all passes of a step each rank updates its own parameters.  Why the result equals one
+process training the whole model: each micro-batch's loss is divided by ``m``, so the
+gradients the backward passes add up in ``.grad`` are those of the whole batch's mean loss.
+
+Sends are posted without waiting (``isend``) and completed at the end of the step: a rank
+that waited for its message to be received while its neighbour waited for *its* message
+would deadlock.  Receives block, and that wait is the pipeline's bubble made visible: every
+pass, receive and send is written down with its start and end time (``record.events``), and
+the number of micro-batches whose activations the rank holds after each pass (``held``).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ..comm.collectives import check_torchrun
+from ..data import global_batch, load_digits, shard_indices
+from ..models import DTYPES, build_model
+from ..processes.checks import check_int, check_positive
+from ..records import RankRecord, StepRecord
+from . import schedules, stages
+
+
+def validate_args(world_size: int, *, model: str, width: int, depth: int, global_batch_size: int,
+                  micro_batches: int, schedule: str, chunks: int, steps: int, lr: float, dtype: str) -> None:
+    """Lesson 06: a pipeline job's settings, checked before any process starts."""
+    schedules.check_schedule(schedule, world_size, micro_batches, chunks)
+    check_int("steps", steps)
+    check_positive("lr", lr)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    check_int("global_batch_size", global_batch_size)
+    if global_batch_size % micro_batches:
+        raise ValueError(f"{micro_batches} micro-batches do not divide the batch of {global_batch_size}: "
+                         f"use a batch that is a multiple of {micro_batches}")
+    data = load_digits()
+    if global_batch_size > data.n_train:
+        raise ValueError(f"the batch of {global_batch_size} is larger than the {data.n_train} training samples")
+    stages.check_stages(build_model(model, width, depth=depth), world_size * chunks)
+
+
+def train(worker, *, model: str = "mlp", width: int = 64, depth: int = 2, global_batch_size: int = 64,
+          micro_batches: int = 1, schedule: str = "gpipe", chunks: int = 1, steps: int = 20,
+          lr: float = 0.1, seed: int = 0, dtype: str = "float32") -> RankRecord:
+    """Lesson 06: train the model cut into ``world_size * chunks`` stages, one rank each (or
+    ``chunks`` each, interleaved), with the given schedule and number of micro-batches.
+
+    ``micro_batches=1`` with ``"gpipe"`` is naive model parallelism: one stage works at a time.
+    Returns this rank's record: its own parameters (named as in the whole model), the loss per
+    step (on the rank that computes it; NaN elsewhere) and the timeline ``events``.
+    """
+    check_torchrun(worker)
+    p, rank, m, device = worker.world_size, worker.rank, micro_batches, worker.device
+    data = load_digits(dtype=DTYPES[dtype])
+    whole = build_model(model, width, seed=seed, dtype=DTYPES[dtype], depth=depth).to(device)
+    sample = data.x_train[:1].to(device)
+    parts = stages.split(whole, p * chunks, sample)
+    mine = [parts[c * p + rank] for c in range(chunks)]       # virtual stage c * p + rank
+    params = {n: q for part in mine for n, q in stages.owned_names(whole, part).items()}
+    optimizer = torch.optim.SGD(params.values(), lr=lr)
+    record = RankRecord(rank, p, worker.backend, f"pipeline {schedule}", str(device),
+                        config=dict(model=model, width=width, depth=depth, batch_size=global_batch_size // p,
+                                    global_batch_size=global_batch_size, micro_batches=m, schedule=schedule,
+                                    chunks=chunks, steps=steps, lr=lr, seed=seed, dtype=dtype,
+                                    layers=[[str(n) for n, _ in part.named_children()] for part in parts]),
+                        shard=shard_indices(data.n_train, 0, 1, seed=seed))
+    stage = Stage(parts, stages.boundary_shapes(parts, sample), rank, p, global_batch_size // m, device)
+    ops = schedules.schedule(schedule, p, m, chunks)[rank]
+    x_all, y_all = data.x_train.to(device), data.y_train.to(device)
+    t_first = time.time()
+    for step in range(steps):
+        idx = global_batch(data.n_train, 1, global_batch_size, step, seed=seed).to(device)
+        t_start = time.time()
+        loss, correct = stage.run(step, ops, x_all[idx].chunk(m), y_all[idx].chunk(m), m)
+        t_compute_end = time.time()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+        record.steps.append(StepRecord(step, loss, correct / global_batch_size, t_start, t_compute_end,
+                                       None, None, time.time()))
+        worker.progress(step + 1, steps, **({"loss": loss} if loss == loss else {}))
+    record.wall_time = time.time() - t_first
+    record.events = stage.events
+    record.params = {n: q.detach().cpu().clone() for n, q in params.items()}
+    record.test_accuracy = stage.evaluate(data.x_test.to(device), data.y_test.to(device))
+    return record
+
+
+train.validate_args = validate_args
+
+
+class Stage:
+    """What one rank runs: its chunks of the model, the passes of a schedule, and their record."""
+
+    def __init__(self, parts, shapes, rank: int, stages: int, micro_size: int, device):
+        self.parts, self.shapes, self.rank, self.p = parts, shapes, rank, stages
+        self.micro_size, self.device = micro_size, device
+        self.dtype = next(parts[0].parameters()).dtype
+        self.last = len(parts) - 1            # the virtual stage that computes the loss
+        self.saved: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.sending: list = []               # isend requests, completed at the end of the step
+        self.events: list[dict] = []
+
+    # -- messages: activations forward (tag 2v), gradients backward (tag 2v + 1) ------------
+    def _recv(self, step: int, op, virtual: int, src_virtual: int, tag: int) -> torch.Tensor:
+        shape = (self.micro_size, *self.shapes[min(virtual, src_virtual)])
+        buf = torch.empty(shape, dtype=self.dtype, device=self.device)
+        t0 = time.time()
+        dist.recv(buf, src_virtual % self.p, tag=tag)
+        self._note(step, "recv", op, t0)
+        return buf
+
+    def _send(self, step: int, op, tensor: torch.Tensor, dst_virtual: int, tag: int) -> None:
+        t0 = time.time()
+        self.sending.append(dist.isend(tensor.contiguous(), dst_virtual % self.p, tag=tag))
+        self._note(step, "send", op, t0)
+
+    def _note(self, step: int, kind: str, op, t0: float) -> None:
+        self.events.append({"step": step, "kind": kind, "micro": op.micro, "chunk": op.chunk,
+                            "start": t0, "end": time.time(), "held": len(self.saved)})
+
+    # -- the two passes -----------------------------------------------------------------------
+    def forward(self, step: int, op, xs, ys, m: int):
+        v = op.chunk * self.p + self.rank
+        inp = xs[op.micro] if v == 0 else self._recv(step, op, v, v - 1, tag=2 * (v - 1)).requires_grad_()
+        t0 = time.time()
+        out = self.parts[v](inp)
+        result = None
+        if v == self.last:          # the loss of the whole batch is the mean of the m micro-batches'
+            y = ys[op.micro]
+            loss = F.cross_entropy(out, y) / m
+            result = (loss.item(), (out.argmax(1) == y).sum().item())
+            out = loss
+        self.saved[(op.micro, op.chunk)] = (inp, out)
+        self._note(step, "F", op, t0)
+        if v != self.last:
+            self._send(step, op, out.detach(), v + 1, tag=2 * v)
+        return result
+
+    def backward(self, step: int, op) -> None:
+        v = op.chunk * self.p + self.rank
+        inp, out = self.saved.pop((op.micro, op.chunk))
+        grad = None if v == self.last else self._recv(step, op, v, v + 1, tag=2 * v + 1)
+        t0 = time.time()
+        out.backward(grad)           # adds this micro-batch's gradients into .grad
+        self._note(step, "B", op, t0)
+        if v > 0:
+            self._send(step, op, inp.grad, v - 1, tag=2 * (v - 1) + 1)
+
+    def run(self, step: int, ops, xs, ys, m: int) -> tuple[float, int]:
+        """One training step: the schedule's passes in order; returns (loss, correct) where known."""
+        loss, correct = 0.0, 0
+        computes_loss = any(op.chunk * self.p + self.rank == self.last for op in ops)
+        for op in ops:
+            if op.kind == "F":
+                got = self.forward(step, op, xs, ys, m)
+                if got is not None:
+                    loss, correct = loss + got[0], correct + got[1]
+            else:
+                self.backward(step, op)
+        for request in self.sending:
+            request.wait()
+        self.sending.clear()
+        return (loss, correct) if computes_loss else (float("nan"), 0)
+
+    @torch.no_grad()
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """Test accuracy: the test set forward through every stage once, shared with all ranks."""
+        for part in self.parts:
+            part.eval()
+        for v in range(self.rank, len(self.parts), self.p):
+            shape = (len(x), *self.shapes[v - 1]) if v else None
+            inp = x if v == 0 else torch.empty(shape, dtype=x.dtype, device=self.device)
+            if v:
+                dist.recv(inp, (v - 1) % self.p, tag=10_000 + v - 1)
+            out = self.parts[v](inp)
+            if v != self.last:
+                dist.send(out.contiguous(), (v + 1) % self.p, tag=10_000 + v)
+        accuracy = torch.zeros(1, dtype=torch.float64, device=self.device)
+        if self.last % self.p == self.rank:
+            accuracy[0] = (out.argmax(1) == y).double().mean()
+        dist.broadcast(accuracy, self.last % self.p)
+        for part in self.parts:
+            part.train()
+        return accuracy.item()
+
+
+def merge_params(records: list[RankRecord]) -> dict[str, torch.Tensor]:
+    """Lesson 06: the whole model's parameters, put back together from the stages' records."""
+    merged = {}
+    for r in records:
+        merged.update(r.params)
+    return merged

@@ -1,0 +1,186 @@
+"""Pipeline schedules: in what order each stage runs the forward and backward of each micro-batch.
+
+Introduced in lesson 06 ("Splitting the model").  When a model is cut into ``p`` stages on
+``p`` ranks, a batch is cut into ``m`` micro-batches so that the stages can work at the same
+time on different micro-batches.  A *schedule* is just a list per stage: which pass of which
+micro-batch to run next.  It is plain data, so it can be printed, drawn, checked and
+simulated without starting a single process; ``pipeline.py`` then runs it on real ranks.
+
+=============  ============================================================================
+schedule       the order on every stage
+=============  ============================================================================
+``gpipe``      all ``m`` forwards, then all ``m`` backwards (GPipe, Huang et al. 2019).
+               Simple; every stage holds the activations of all ``m`` micro-batches.
+``1f1b``       a few forwards to fill the pipe (warm-up), then one forward, one backward,
+               ... (steady state), then the last backwards (cool-down).  Same bubble as
+               GPipe, but stage ``s`` never holds more than ``p - s`` micro-batches.
+``interleaved`` 1F1B where every rank holds ``v`` smaller chunks of the model (rank ``s`` has
+               chunks ``s, s + p, s + 2p, ...``), as in Megatron-LM (Narayanan et al. 2021):
+               more, shorter passes, so the pipe fills sooner and the bubble shrinks ``v``-fold,
+               at the price of ``v`` times more messages.
+=============  ============================================================================
+
+A naive split of the model (no pipelining at all) is GPipe with one micro-batch: the batch
+goes forward through every stage and back again while all but one stage wait.
+
+``simulate`` predicts when every pass starts and ends from their costs and from what each
+pass waits for; the *bubble* is the fraction of the stages' time spent waiting.  For GPipe
+and 1F1B with equal stages it is ``(p - 1) / (m + p - 1)`` (``bubble_fraction``); the lesson
+compares both with the bubble measured on real ranks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class Op:
+    """One pass of one micro-batch on one stage: ``kind`` "F" (forward) or "B" (backward).
+
+    ``chunk`` is which of the rank's model chunks runs it (always 0 unless interleaved).
+    """
+
+    kind: str
+    micro: int
+    chunk: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.kind}{self.micro}" + (f".{self.chunk}" if self.chunk else "")
+
+
+def check_schedule(name: str, stages: int, micro_batches: int, chunks: int = 1) -> None:
+    """Lesson 06: the settings a schedule needs, checked before any process starts."""
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    for what, value in (("stages", stages), ("micro_batches", micro_batches), ("chunks", chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    if name == "interleaved":
+        if chunks < 2:
+            raise ValueError("the interleaved schedule needs chunks >= 2 model chunks per rank "
+                             "(with one chunk it is plain 1f1b)")
+        if micro_batches % stages:
+            raise ValueError(f"the interleaved schedule sends micro-batches round in groups of {stages} "
+                             f"(one per stage): micro_batches={micro_batches} must be a multiple of {stages}")
+    elif chunks != 1:
+        raise ValueError(f"chunks={chunks} needs schedule='interleaved'; {name} gives each rank one chunk")
+
+
+def gpipe(stages: int, micro_batches: int, stage: int) -> list[Op]:
+    """Lesson 06: every forward, then every backward."""
+    return [Op("F", i) for i in range(micro_batches)] + [Op("B", i) for i in range(micro_batches)]
+
+
+def one_f_one_b(stages: int, micro_batches: int, stage: int) -> list[Op]:
+    """Lesson 06: 1F1B.  Stage ``s`` runs ``p - 1 - s`` forwards ahead, then alternates."""
+    m = micro_batches
+    warmup = min(stages - 1 - stage, m)
+    ops = [Op("F", i) for i in range(warmup)]                   # warm-up: fill the pipe
+    for i in range(m - warmup):                                 # steady state: one in, one out
+        ops += [Op("F", warmup + i), Op("B", i)]
+    ops += [Op("B", i) for i in range(m - warmup, m)]           # cool-down: drain it
+    return ops
+
+
+def interleaved(stages: int, micro_batches: int, stage: int, chunks: int) -> list[Op]:
+    """Lesson 06: interleaved 1F1B with ``chunks`` model chunks per rank (Megatron-LM's order).
+
+    Micro-batches go round in groups of ``p``: forward pass number ``k`` of this rank is
+    micro-batch ``(k // (p v)) p + k mod p`` on chunk ``(k // p) mod v``; backwards visit
+    the chunks in the opposite order.  The warm-up is longer than plain 1F1B's, because a
+    micro-batch now passes every rank ``v`` times before its first backward can start.
+    """
+    p, v, total = stages, chunks, micro_batches * chunks
+
+    def op(kind: str, k: int) -> Op:
+        chunk = (k // p) % v
+        return Op(kind, (k // (p * v)) * p + k % p, chunk if kind == "F" else v - 1 - chunk)
+
+    warmup = min((p - 1 - stage) * 2 + (v - 1) * p, total)
+    ops = [op("F", k) for k in range(warmup)]
+    for k in range(total - warmup):
+        ops += [op("F", warmup + k), op("B", k)]
+    ops += [op("B", k) for k in range(total - warmup, total)]
+    return ops
+
+
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved}
+
+
+def schedule(name: str, stages: int, micro_batches: int, chunks: int = 1) -> list[list[Op]]:
+    """Lesson 06: the ops of every stage, ``[stage 0's list, stage 1's list, ...]``."""
+    check_schedule(name, stages, micro_batches, chunks)
+    if name == "interleaved":
+        return [interleaved(stages, micro_batches, s, chunks) for s in range(stages)]
+    return [SCHEDULES[name](stages, micro_batches, s) for s in range(stages)]
+
+
+def bubble_fraction(stages: int, micro_batches: int, chunks: int = 1) -> float:
+    """Lesson 06: the idle fraction of an ideal pipeline, ``(p - 1) / (v m + p - 1)``.
+
+    A stage works ``v m`` passes' worth and waits for the pipe to fill and drain, ``p - 1``
+    passes' worth: ``(p - 1) / (m + p - 1)`` for GPipe and 1F1B (``v = 1``).
+    """
+    p, m, v = stages, micro_batches, chunks
+    return (p - 1) / (v * m + p - 1)
+
+
+def held_activations(ops: list[Op]) -> int:
+    """Lesson 06: the most micro-batches whose activations a stage keeps at once, per the
+    schedule (a forward stores them, the backward of the same micro-batch and chunk frees
+    them).  ``pipeline.py`` counts the same thing on the real ranks."""
+    held, peak = set(), 0
+    for op in ops:
+        if op.kind == "F":
+            held.add((op.micro, op.chunk))
+        else:
+            held.discard((op.micro, op.chunk))
+        peak = max(peak, len(held))
+    return peak
+
+
+def simulate(ops_per_stage: list[list[Op]], forward: float = 1.0, backward: float = 2.0) -> list[list[dict]]:
+    """Lesson 06: when would every pass start and end, if a forward of one chunk took
+    ``forward`` and a backward ``backward`` seconds and messages were free?
+
+    A pass waits for the stage to be free and for its input: the forward of the previous
+    chunk in the model (on the stage before) or the backward of the next one (on the stage
+    after).  Returns, per stage, ``{"op", "start", "end"}`` in the stage's order.  A schedule
+    in which some stage would wait for ever raises ``ValueError`` (a deadlock).
+    """
+    p = len(ops_per_stage)
+    v = 1 + max(op.chunk for ops in ops_per_stage for op in ops)
+    done: dict[tuple[str, int, int], float] = {}    # (kind, micro, virtual stage) -> end time
+    free, nxt = [0.0] * p, [0] * p
+    timeline: list[list[dict]] = [[] for _ in range(p)]
+    last = p * v - 1
+    while any(nxt[s] < len(ops_per_stage[s]) for s in range(p)):
+        progressed = False
+        for s in range(p):
+            while nxt[s] < len(ops_per_stage[s]):
+                op = ops_per_stage[s][nxt[s]]
+                virtual = op.chunk * p + s
+                if op.kind == "F":
+                    need = ("F", op.micro, virtual - 1) if virtual > 0 else None
+                else:
+                    need = ("B", op.micro, virtual + 1) if virtual < last else ("F", op.micro, virtual)
+                if need is not None and need not in done:
+                    break
+                start = max(free[s], done[need] if need else 0.0)
+                end = start + (forward if op.kind == "F" else backward)
+                done[(op.kind, op.micro, virtual)] = free[s] = end
+                timeline[s].append({"op": op, "start": start, "end": end})
+                nxt[s] += 1
+                progressed = True
+        if not progressed:
+            stuck = {s: str(ops_per_stage[s][nxt[s]]) for s in range(p) if nxt[s] < len(ops_per_stage[s])}
+            raise ValueError(f"deadlock: every stage waits for another, next ops {stuck}")
+    return timeline
+
+
+def simulated_bubble(timeline: list[list[dict]]) -> float:
+    """Lesson 06: the idle fraction of a (simulated or measured) timeline: 1 - busy / (p * span)."""
+    start = min(t["start"] for row in timeline for t in row)
+    end = max(t["end"] for row in timeline for t in row)
+    busy = sum(t["end"] - t["start"] for row in timeline for t in row)
+    return 1 - busy / (len(timeline) * (end - start))

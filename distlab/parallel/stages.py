@@ -1,0 +1,96 @@
+"""Cutting a model into stages, one per rank: the first step of model parallelism.
+
+Introduced in lesson 06 ("Splitting the model").  Data parallelism copies the whole model to
+every rank; model parallelism gives each rank *a part* of it.  distlab's models are
+``nn.Sequential`` stacks, so a part is a run of consecutive layers (``model[2:5]``), and a
+rank's part is called its *stage*.  Stage ``s`` receives the activations of stage ``s - 1``,
+runs its layers and sends its output on; in the backward pass the gradients travel the
+other way.
+
+Where to cut?  A pipeline runs at the pace of its slowest stage, so the cuts balance the
+*work*: the multiply-adds each layer does for one sample (``layer_costs``), found by running
+one sample through the model.  Layers without weights (ReLU, pooling, flattening) stay with
+the layer before them (or go with the first stage), so every stage owns at least one layer
+with weights, and every rank has something to train.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch import nn
+
+
+def weighted_layers(model: nn.Sequential) -> list[int]:
+    """Lesson 06: positions of the layers that have parameters."""
+    return [i for i, layer in enumerate(model) if any(True for _ in layer.parameters())]
+
+
+def layer_costs(model: nn.Sequential, sample: torch.Tensor) -> list[int]:
+    """Lesson 06: multiply-adds of each layer for one sample (0 for layers without weights).
+
+    A linear layer does one per weight; a convolution one per weight per output position.
+    """
+    costs, x = [], sample[:1]
+    with torch.no_grad():
+        for layer in model:
+            x = layer(x)
+            weight = getattr(layer, "weight", None)
+            if weight is None:
+                costs.append(0)
+            elif isinstance(layer, nn.Conv2d):
+                costs.append(weight.numel() * x.shape[-1] * x.shape[-2])
+            else:
+                costs.append(weight.numel())
+    return costs
+
+
+def check_stages(model: nn.Sequential, stages: int) -> None:
+    """Lesson 06: a model can be cut into at most as many stages as it has layers with weights."""
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+        raise ValueError(f"stages must be a positive integer, got {stages!r}")
+    n = len(weighted_layers(model))
+    if stages > n:
+        raise ValueError(f"{stages} stages but the model has only {n} layers with weights: use at most {n} "
+                         "stages, or a deeper model (depth= for the MLP)")
+
+
+def cut_points(model: nn.Sequential, stages: int, sample: torch.Tensor) -> list[int]:
+    """Lesson 06: where each stage starts (a position in ``model``), balancing the work.
+
+    Tries every way of giving each stage a run of consecutive weighted layers and keeps the
+    one whose busiest stage does the least work: the pipeline's pace.  (Models here have a
+    handful of layers, so trying them all is instant, and obviously right.)
+    """
+    check_stages(model, stages)
+    weighted, costs = weighted_layers(model), layer_costs(model, sample)
+    best, best_starts = None, None
+    for cuts in itertools.combinations(range(1, len(weighted)), stages - 1):
+        bounds = (0, *cuts, len(weighted))
+        load = max(sum(costs[weighted[i]] for i in range(a, b)) for a, b in zip(bounds, bounds[1:]))
+        if best is None or load < best:
+            best, best_starts = load, [0] + [weighted[c] for c in cuts]
+    return best_starts
+
+
+def split(model: nn.Sequential, stages: int, sample: torch.Tensor) -> list[nn.Sequential]:
+    """Lesson 06: the model as ``stages`` consecutive parts (they share the model's parameters)."""
+    starts = cut_points(model, stages, sample)
+    return [model[a:b] for a, b in zip(starts, [*starts[1:], len(model)])]
+
+
+def boundary_shapes(parts: list[nn.Sequential], sample: torch.Tensor) -> list[tuple[int, ...]]:
+    """Lesson 06: the shape of one sample's activation leaving each part (what a rank sends on)."""
+    shapes, x = [], sample[:1]
+    with torch.no_grad():
+        for part in parts:
+            x = part(x)
+            shapes.append(tuple(x.shape[1:]))
+    return shapes
+
+
+def owned_names(model: nn.Sequential, part: nn.Sequential) -> dict[str, nn.Parameter]:
+    """Lesson 06: a part's parameters under their names in the whole model (``fc2.weight``),
+    so that the stages' records put back together give the whole model's parameters."""
+    mine = {id(p) for p in part.parameters()}
+    return {n: p for n, p in model.named_parameters() if id(p) in mine}

@@ -1,0 +1,193 @@
+"""Lesson 06: model parallelism on real ranks (stages, pipeline schedules, PyTorch's pipelining).
+
+The schedules are plain data: they are checked without processes (every pass exactly once,
+no deadlock, the bubble and the held activations of the textbook).  Then one launch per
+world size trains every schedule and the library's pipelining on the same cut of the model;
+each must end with the parameters of one process training the whole model on the whole
+batch (``train_single``), and each rank's timeline must follow its schedule.
+"""
+import pytest
+import torch
+import workers
+
+import distlab
+from distlab.models import build_model
+from distlab.parallel import data_parallel as dp
+from distlab.parallel import pipeline, schedules, stages
+from distlab.parallel.schedules import Op
+
+STEPS, LR, BATCH = 20, 0.2, 48
+TOLERANCE = 1e-6
+
+
+# -------------------------------------------------------------------------------------------
+# schedules, without processes
+# -------------------------------------------------------------------------------------------
+CASES = [(name, p, m, v) for p in (2, 3, 4) for m in (1, 2, 3, 4, 8)
+         for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 3))
+         if name != "interleaved" or m % p == 0]
+
+
+@pytest.mark.parametrize("name,p,m,v", CASES)
+def test_every_pass_once_and_the_textbook_bubble(name, p, m, v):
+    ops = schedules.schedule(name, p, m, v)
+    for stage_ops in ops:
+        assert sorted(stage_ops) == sorted(Op(k, i, c) for k in "FB" for i in range(m) for c in range(v))
+    timeline = schedules.simulate(ops, forward=1 / v, backward=2 / v)
+    assert schedules.simulated_bubble(timeline) == pytest.approx(schedules.bubble_fraction(p, m, v))
+
+
+@pytest.mark.parametrize("p", (2, 3, 4))
+@pytest.mark.parametrize("m", (1, 2, 4, 8))
+def test_held_activations_gpipe_all_1f1b_at_most_p_minus_s(p, m):
+    assert [schedules.held_activations(o) for o in schedules.schedule("gpipe", p, m)] == [m] * p
+    assert [schedules.held_activations(o) for o in schedules.schedule("1f1b", p, m)] == [min(p - s, m)
+                                                                                        for s in range(p)]
+
+
+def test_one_f_one_b_reads_like_its_diagram():
+    assert " ".join(map(str, schedules.one_f_one_b(4, 6, 0))) == "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5"
+    assert " ".join(map(str, schedules.one_f_one_b(4, 6, 3))) == "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5"
+
+
+def test_a_schedule_that_cannot_run_is_a_deadlock():
+    bad = [[Op("F", 0), Op("B", 0)], [Op("B", 0), Op("F", 0)]]     # stage 1 wants to go backward first
+    with pytest.raises(ValueError, match="deadlock"):
+        schedules.simulate(bad)
+
+
+@pytest.mark.parametrize("args,message", [
+    (("zigzag", 2, 4), "unknown schedule 'zigzag'"),
+    (("gpipe", 2, 0), "micro_batches must be a positive integer"),
+    (("interleaved", 2, 4, 1), "needs chunks >= 2"),
+    (("interleaved", 3, 4, 2), "must be a multiple of 3"),
+    (("1f1b", 2, 4, 2), "chunks=2 needs schedule='interleaved'"),
+])
+def test_bad_schedules_are_named(args, message):
+    with pytest.raises(ValueError, match=message):
+        schedules.schedule(*args)
+
+
+# -------------------------------------------------------------------------------------------
+# cutting the model
+# -------------------------------------------------------------------------------------------
+def test_cuts_balance_the_work_and_keep_every_layer():
+    sample = torch.zeros(1, 1, 8, 8)
+    mlp = build_model("mlp", 64, depth=3)          # fc1 64x64, fc2 64x64, fc3 64x64, out 64x10
+    parts = stages.split(mlp, 2, sample)
+    assert [list(dict(p.named_children())) for p in parts] == [
+        ["flatten", "fc1", "relu1", "fc2", "relu2"], ["fc3", "relu3", "out"]]
+    cnn = build_model("cnn", 16)                   # the second convolution does most of the work
+    assert [list(dict(p.named_children())) for p in stages.split(cnn, 2, sample)] == [
+        ["conv1", "relu1"], ["conv2", "relu2", "pool", "flatten", "out"]]
+    assert stages.layer_costs(cnn, sample)[2] == 16 * 32 * 9 * 64
+    assert stages.boundary_shapes(parts, sample) == [(64,), (10,)]
+    owned = stages.owned_names(mlp, parts[1])
+    assert sorted(owned) == ["fc3.bias", "fc3.weight", "out.bias", "out.weight"]
+
+
+def test_more_stages_than_layers_is_refused():
+    with pytest.raises(ValueError, match="4 stages but the model has only 3 layers with weights"):
+        stages.split(build_model("mlp", 8), 4, torch.zeros(1, 1, 8, 8))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(world_size=4), "4 stages but the model has only 3 layers"),
+    (dict(world_size=2, micro_batches=5), "5 micro-batches do not divide the batch of 64"),
+    (dict(world_size=2, schedule="zb"), "unknown schedule 'zb'"),
+    (dict(world_size=2, schedule="interleaved", chunks=2, micro_batches=4), "4 stages but the model"),
+    (dict(world_size=2, depth=0), "depth must be a positive integer"),
+    (dict(world_size=2, global_batch_size=5000), "larger than the 1438 training samples"),
+])
+def test_bad_pipeline_jobs_fail_before_any_process_starts(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        distlab.launch(pipeline.train, progress="none", **kwargs)
+
+
+# -------------------------------------------------------------------------------------------
+# real ranks
+# -------------------------------------------------------------------------------------------
+def case(module="pipeline", **kwargs):
+    return module, dict(dict(model="mlp", depth=3, global_batch_size=BATCH, steps=STEPS, lr=LR), **kwargs)
+
+
+RUNS = {
+    2: {"naive mlp": case(micro_batches=1), "naive cnn": case(model="cnn", depth=2, micro_batches=1),
+        "gpipe": case(schedule="gpipe", micro_batches=4), "1f1b": case(schedule="1f1b", micro_batches=4),
+        "1f1b cnn": case(model="cnn", depth=2, schedule="1f1b", micro_batches=8),
+        "interleaved": case(schedule="interleaved", chunks=2, micro_batches=4),
+        "torch gpipe": case("torch_pipeline", schedule="gpipe", micro_batches=4),
+        "torch 1f1b": case("torch_pipeline", schedule="1f1b", micro_batches=4)},
+    3: {"gpipe": case(schedule="gpipe", micro_batches=3), "1f1b": case(schedule="1f1b", micro_batches=6),
+        "interleaved": case(depth=5, schedule="interleaved", chunks=2, micro_batches=6)},
+    4: {"1f1b": case(schedule="1f1b", micro_batches=8), "gpipe": case(schedule="gpipe", micro_batches=4),
+        "torch 1f1b": case("torch_pipeline", schedule="1f1b", micro_batches=4)},
+}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    out = {p: distlab.launch(workers.pipelines, world_size=p, cases=cases, progress="none", timeout=120)
+           for p, cases in RUNS.items()}
+    return {p: {name: [rank[name] for rank in ranks] for name in RUNS[p]} for p, ranks in out.items()}
+
+
+REFERENCES = {}
+
+
+def reference(model: str, depth: int):
+    if (model, depth) not in REFERENCES:
+        REFERENCES[model, depth] = dp.train_single(model=model, depth=depth, global_batch_size=BATCH, steps=STEPS,
+                                                   lr=LR, record_grads_at=())
+    return REFERENCES[model, depth]
+
+
+ALL = [(p, name) for p, cases in RUNS.items() for name in cases]
+
+
+@pytest.mark.parametrize("p,name", ALL, ids=[f"{p}ranks-{n}" for p, n in ALL])
+def test_every_schedule_trains_to_the_parameters_of_one_process(runs, p, name):
+    records = runs[p][name]
+    kwargs = RUNS[p][name][1]
+    ref = reference(kwargs["model"], kwargs["depth"])
+    merged = pipeline.merge_params(records)
+    assert sorted(merged) == sorted(ref.params)                # every parameter on exactly one rank
+    assert sum(len(r.params) for r in records) == len(ref.params)
+    assert distlab.max_param_difference(merged, ref.params) <= TOLERANCE
+    assert records[-1].losses == pytest.approx(ref.losses, abs=1e-5)    # the last stage computes the loss
+
+
+@pytest.mark.parametrize("p,name", [(p, n) for p, n in ALL if RUNS[p][n][0] == "pipeline"])
+def test_each_rank_ran_its_schedule_and_held_what_it_says(runs, p, name):
+    kwargs = RUNS[p][name][1]
+    m, v = kwargs["micro_batches"], kwargs.get("chunks", 1)
+    ops = schedules.schedule(kwargs.get("schedule", "gpipe"), p, m, v)
+    for rank, record in enumerate(runs[p][name]):
+        for step in (0, STEPS - 1):
+            passes = [e for e in record.events if e["step"] == step and e["kind"] in "FB"]
+            assert [Op(e["kind"], e["micro"], e["chunk"]) for e in passes] == ops[rank]
+            assert max(e["held"] for e in passes) == schedules.held_activations(ops[rank])
+            # a message for every pass but the first stage's forwards and the last one's backwards
+            kinds = [e["kind"] for e in record.events if e["step"] == step]
+            mine = [c * p + rank for c in range(v)]
+            expected = m * sum(x != 0 for x in mine) + m * sum(x != p * v - 1 for x in mine)
+            assert kinds.count("recv") == kinds.count("send") == expected
+    if kwargs.get("schedule") == "1f1b":
+        assert [max(e["held"] for e in r.events) for r in runs[p][name]] == [min(p - s, m) for s in range(p)]
+
+
+def test_naive_model_parallelism_one_stage_works_at_a_time(runs):
+    """With one micro-batch, stage 1's forward starts only after stage 0's has ended."""
+    r0, r1 = runs[2]["naive mlp"]
+    for step in range(STEPS):
+        f0 = next(e for e in r0.events if e["step"] == step and e["kind"] == "F")
+        f1 = next(e for e in r1.events if e["step"] == step and e["kind"] == "F")
+        b1 = next(e for e in r1.events if e["step"] == step and e["kind"] == "B")
+        b0 = next(e for e in r0.events if e["step"] == step and e["kind"] == "B")
+        assert f0["end"] <= f1["start"] <= f1["end"] <= b1["start"] <= b1["end"] <= b0["start"]
+
+
+def test_the_test_accuracy_is_the_whole_models(runs):
+    ref = reference("mlp", 3)
+    for record in runs[2]["1f1b"]:
+        assert record.test_accuracy == pytest.approx(ref.test_accuracy)
