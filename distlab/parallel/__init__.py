@@ -5,4 +5,8 @@
 - ``data_parallel``  ``train`` on N ranks, and ``train_single``, the one-process reference (lesson 01)
 - ``local_sgd``      gradient accumulation and local SGD: talking every k steps (lesson 04)
 - ``async_sgd``      asynchronous SGD with a parameter server, and staleness (lesson 04)
+- ``stages``         cutting the model into balanced stages, one per rank (lesson 06)
+- ``schedules``      pipeline schedules as data (GPipe, 1F1B, interleaved) and their bubble (lesson 06)
+- ``pipeline``       the schedules run on real ranks, every pass and message recorded (lesson 06)
+- ``torch_pipeline`` the same cut through ``torch.distributed.pipelining`` (lesson 06)
 """
