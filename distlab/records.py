@@ -45,6 +45,8 @@ class RankRecord:
     # model parallelism (lesson 06): every pass, send and receive, {"step", "kind", "micro",
     # "chunk", "start", "end", "held"} (held: micro-batches whose activations the rank keeps)
     events: list[dict] = field(default_factory=list)
+    # tensor parallelism (lesson 07): bytes this rank passed to all-reduce per step, by direction
+    traffic: dict[str, int] = field(default_factory=dict)
 
     @property
     def losses(self) -> list[float]:

@@ -127,7 +127,7 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def runs():
-    out = {p: distlab.launch(workers.pipelines, world_size=p, cases=cases, progress="none", timeout=120)
+    out = {p: distlab.launch(workers.trainings, world_size=p, cases=cases, progress="none", timeout=120)
            for p, cases in RUNS.items()}
     return {p: {name: [rank[name] for rank in ranks] for name in RUNS[p]} for p, ranks in out.items()}
 

@@ -103,9 +103,9 @@ def global_state(worker):
             "dtype": str(torch.get_default_dtype()), "cores": sorted(os.sched_getaffinity(0))}
 
 
-def pipelines(worker, cases):
-    """Several pipeline jobs in one launch: ``{name: record}`` for ``cases = {name: (module, kwargs)}``
-    (module ``"pipeline"`` or ``"torch_pipeline"``, from ``distlab.parallel``)."""
+def trainings(worker, cases):
+    """Several training jobs in one launch: ``{name: record}`` for ``cases = {name: (module, kwargs)}``,
+    each ``distlab.parallel.<module>.train(worker, **kwargs)`` (pipeline, tensor_parallel, ...)."""
     import importlib
 
     return {name: importlib.import_module(f"distlab.parallel.{module}").train(worker, **kwargs)

@@ -9,4 +9,5 @@
 - ``schedules``      pipeline schedules as data (GPipe, 1F1B, interleaved) and their bubble (lesson 06)
 - ``pipeline``       the schedules run on real ranks, every pass and message recorded (lesson 06)
 - ``torch_pipeline`` the same cut through ``torch.distributed.pipelining`` (lesson 06)
+- ``tensor_parallel`` one block's matrices split across ranks, by hand and with ``parallelize_module`` (lesson 07)
 """

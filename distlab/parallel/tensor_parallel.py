@@ -1,0 +1,221 @@
+"""Tensor parallelism: one layer's weight matrix split across ranks.
+
+Introduced in lesson 07 ("Tensor and 3D parallelism").  A pipeline gives each rank whole
+layers; tensor parallelism (Megatron-LM, Shoeybi et al. 2019) splits *each* layer of a block
+so that every rank holds a slice of every weight matrix and all ranks work on the same
+micro-batch at once.  The block here is two linear layers with a ReLU between them:
+
+* the first is split **column-wise**: rank ``r`` holds rows ``r*w/t .. (r+1)*w/t`` of
+  ``W1`` (PyTorch stores ``out x in``), so it computes its own ``w/t`` of the hidden units
+  from the full input, with no communication;
+* the ReLU acts on each unit alone, so each rank applies it to its own units;
+* the second is split **row-wise** (by its input features): rank ``r`` multiplies its
+  ``w/t`` hidden units by its columns of ``W2`` and gets a *partial sum* of the output;
+  one all-reduce adds the partial sums, and every rank has the whole output again.
+
+So the forward pass costs one all-reduce of the block's output, and the backward pass one
+all-reduce of the gradient of its input (each rank's slice contributes part of it).  The two
+are the conjugate operators ``f`` and ``g`` of the Megatron paper, written below as two small
+autograd functions.  Every all-reduce records its bytes in ``Traffic``, which the lesson puts
+next to data parallelism's all-reduce of every gradient.
+
+``parallel_mlp`` wraps the course's MLP with ``depth=3``: ``fc1`` and ``out`` stay whole on
+every rank (they receive identical inputs and gradients, so they stay identical), and
+``fc2``/``fc3`` form the split block.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from ..comm.collectives import check_torchrun
+from ..data import global_batch
+from ..models import build_model, count_parameters
+from ..processes.checks import check_int
+from ..records import RankRecord
+from .loop import Strategy, check_settings, start, train_steps
+
+
+class Traffic:
+    """Bytes this rank passed to all-reduce, forward and backward (lesson 07)."""
+
+    def __init__(self):
+        self.bytes = {"forward": 0, "backward": 0}
+
+    def add(self, direction: str, tensor: torch.Tensor) -> None:
+        self.bytes[direction] += tensor.numel() * tensor.element_size()
+
+
+class _CopyToSlices(torch.autograd.Function):
+    """Megatron's ``f``: forward, every rank takes the whole input as it is; backward, each rank
+    holds only its slice's share of the input's gradient, so the shares are all-reduced."""
+
+    @staticmethod
+    def forward(ctx, x, group, traffic):
+        ctx.group, ctx.traffic = group, traffic
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        ctx.traffic.add("backward", grad)
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None, None
+
+
+class _SumPartials(torch.autograd.Function):
+    """Megatron's ``g``: forward, all-reduce the partial sums; backward, the gradient of a sum
+    is the same for every term, so each rank keeps it as it is."""
+
+    @staticmethod
+    def forward(ctx, partial, group, traffic):
+        partial = partial.clone()
+        traffic.add("forward", partial)
+        dist.all_reduce(partial, group=group)
+        return partial
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+
+
+class ColumnParallelLinear(nn.Module):
+    """Lesson 07: this rank's output features of ``linear`` (rows ``r*w/t .. (r+1)*w/t``)."""
+
+    def __init__(self, linear: nn.Linear, rank: int, size: int, group, traffic: Traffic):
+        super().__init__()
+        rows = linear.out_features // size
+        self.weight = nn.Parameter(linear.weight.detach()[rank * rows:(rank + 1) * rows].clone())
+        self.bias = nn.Parameter(linear.bias.detach()[rank * rows:(rank + 1) * rows].clone())
+        self.group, self.traffic = group, traffic
+
+    def forward(self, x):
+        return F.linear(_CopyToSlices.apply(x, self.group, self.traffic), self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """Lesson 07: this rank's input features of ``linear``; the partial outputs are summed by one
+    all-reduce, and the bias (whole on every rank) is added once, after the sum."""
+
+    def __init__(self, linear: nn.Linear, rank: int, size: int, group, traffic: Traffic):
+        super().__init__()
+        cols = linear.in_features // size
+        self.weight = nn.Parameter(linear.weight.detach()[:, rank * cols:(rank + 1) * cols].clone())
+        self.bias = nn.Parameter(linear.bias.detach().clone())
+        self.group, self.traffic = group, traffic
+
+    def forward(self, x):
+        return _SumPartials.apply(F.linear(x, self.weight), self.group, self.traffic) + self.bias
+
+
+# How each parameter of the split MLP is laid out across ranks: the dimension it is cut
+# along (concatenate the ranks' slices along it), or None when every rank holds all of it.
+SPLIT = {"fc2.weight": 0, "fc2.bias": 0, "fc3.weight": 1}
+
+
+def check_tensor_parallel(width: int, size: int) -> None:
+    """Lesson 07: the hidden units must share out evenly among the ranks."""
+    if width % size:
+        raise ValueError(f"a tensor-parallel size of {size} does not divide the width {width}: "
+                         f"use a width that is a multiple of {size}")
+
+
+def parallel_mlp(whole: nn.Sequential, rank: int, size: int, group, traffic: Traffic) -> nn.Sequential:
+    """Lesson 07: the depth-3 MLP ``whole`` with its block ``fc2``/``fc3`` split across ``size`` ranks."""
+    check_tensor_parallel(whole.fc2.out_features, size)
+    layers = OrderedDict(whole.named_children())
+    layers["fc2"] = ColumnParallelLinear(whole.fc2, rank, size, group, traffic)
+    layers["fc3"] = RowParallelLinear(whole.fc3, rank, size, group, traffic)
+    return nn.Sequential(layers)
+
+
+def merge_params(per_rank: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Lesson 07: the whole model's parameters from every rank's slices (in rank order)."""
+    return {name: torch.cat([p[name] for p in per_rank], dim=SPLIT[name]) if name in SPLIT
+            else per_rank[0][name] for name in per_rank[0]}
+
+
+def predicted_bytes(batch: int, width: int, itemsize: int = 4) -> dict[str, int]:
+    """Lesson 07: bytes each rank passes to all-reduce per step: the block's output forward,
+    the gradient of its input backward, ``batch x width`` numbers each."""
+    return {"forward": batch * width * itemsize, "backward": batch * width * itemsize}
+
+
+def data_parallel_bytes(width: int, itemsize: int = 4) -> int:
+    """Lesson 07: what data parallelism all-reduces per step on the same model: every gradient.
+
+    It does not depend on the batch; tensor parallelism's traffic grows with the batch.
+    """
+    return count_parameters(build_model("mlp", width, depth=3)) * itemsize
+
+
+# ---------------------------------------------------------------------------------------------
+# training: the one loop of lesson 01, with a strategy that splits the block
+# ---------------------------------------------------------------------------------------------
+class SplitBlock(Strategy):
+    """Lesson 07: before the first step, replace the model by its tensor-parallel version.
+
+    Nothing else changes: every rank runs the loop on the *whole* batch (tensor parallelism
+    does not split the data), and the all-reduces happen inside forward and backward.
+    ``use_torch=True`` splits it with PyTorch's ``parallelize_module`` instead of by hand.
+    """
+
+    def __init__(self, worker, use_torch: bool):
+        self.worker, self.use_torch, self.traffic = worker, use_torch, Traffic()
+        self.per_step: list[dict[str, int]] = []     # bytes all-reduced in each step's passes
+
+    def communicate(self, run, step: int):
+        """Nothing to send after backward (it all happened inside); note this step's bytes."""
+        before = {k: sum(s[k] for s in self.per_step) for k in self.traffic.bytes}
+        self.per_step.append({k: v - before[k] for k, v in self.traffic.bytes.items()})
+        return None
+
+    def prepare(self, run) -> None:
+        rank, size = self.worker.rank, self.worker.world_size
+        if self.use_torch:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            mesh = init_device_mesh(run.x.device.type, (size,))
+            run.model = parallelize_module(run.model, mesh, {"fc2": ColwiseParallel(), "fc3": RowwiseParallel()})
+        else:
+            run.model = parallel_mlp(run.model, rank, size, None, self.traffic)
+        run.net = run.model
+        run.optimizer = torch.optim.SGD(run.model.parameters(), lr=run.optimizer.param_groups[0]["lr"])
+
+
+def validate_args(world_size: int, *, width: int, global_batch_size: int, steps: int, lr: float, dtype: str) -> None:
+    check_settings(world_size, model="mlp", width=width, steps=steps, lr=lr, dtype=dtype)
+    check_tensor_parallel(width, world_size)
+    check_int("global_batch_size", global_batch_size)
+
+
+def train(worker, *, width: int = 64, global_batch_size: int = 64, steps: int = 20, lr: float = 0.1,
+          seed: int = 0, dtype: str = "float32", use_torch: bool = False) -> RankRecord:
+    """Lesson 07: train the depth-3 MLP with its block split across all ranks.
+
+    The record's ``params`` are this rank's slices (``merge_params`` puts them together; with
+    ``use_torch`` each rank already holds the whole tensors), ``traffic`` the bytes this rank
+    passed to all-reduce in a training step (by hand only; zero with ``use_torch``).
+    """
+    check_torchrun(worker)
+    run = start(worker, model="mlp", width=width, lr=lr, seed=seed, dtype=dtype, depth=3, shard=(0, 1),
+                method="tensor parallel" + (" (torch)" if use_torch else ""),
+                config=dict(model="mlp", depth=3, width=width, batch_size=global_batch_size,
+                            global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, dtype=dtype))
+    strategy = SplitBlock(worker, use_torch)
+    n = run.data.n_train
+    record = train_steps(run, strategy, steps, lambda step: global_batch(n, 1, global_batch_size, step, seed=seed))
+    if use_torch:   # DTensors: gather each whole tensor (every rank must take part)
+        record.params = {k: getattr(p, "full_tensor", lambda p=p: p)().detach().cpu().clone()
+                         for k, p in run.model.named_parameters()}
+    # the same every step (the test evaluation excluded); torch's own all-reduces are not counted
+    record.traffic = {} if use_torch else strategy.per_step[-1]
+    return record
+
+
+train.validate_args = validate_args

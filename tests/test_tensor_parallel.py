@@ -1,0 +1,82 @@
+"""Lesson 07: tensor parallelism by hand and with PyTorch's parallelize_module, on real ranks.
+
+One launch per world size trains the depth-3 MLP with its fc2/fc3 block split across every
+rank, by hand and with ``ColwiseParallel``/``RowwiseParallel``; both must end with the
+parameters of one process training the whole model, and the hand-written one must all-reduce
+exactly the bytes the lesson predicts (one ``batch x width`` tensor forward, one backward).
+"""
+import pytest
+import torch
+import workers
+
+import distlab
+from distlab.models import build_model
+from distlab.parallel import data_parallel as dp
+from distlab.parallel import tensor_parallel as T
+
+STEPS, LR, BATCH, WIDTH = 20, 0.2, 48, 32
+SETTINGS = dict(width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR)
+WORLDS = (2, 4)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cases = {"by hand": ("tensor_parallel", SETTINGS),
+             "torch": ("tensor_parallel", dict(SETTINGS, use_torch=True))}
+    return {p: distlab.launch(workers.trainings, world_size=p, cases=cases, progress="none", timeout=120)
+            for p in WORLDS}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return dp.train_single(model="mlp", depth=3, width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR,
+                           record_grads_at=())
+
+
+@pytest.mark.parametrize("p", WORLDS)
+def test_split_by_hand_trains_like_one_process(runs, reference, p):
+    records = [r["by hand"] for r in runs[p]]
+    assert records[0].params["fc2.weight"].shape == (WIDTH // p, WIDTH)      # each rank: its rows
+    assert records[0].params["fc3.weight"].shape == (WIDTH, WIDTH // p)      # ... and its columns
+    merged = T.merge_params([r.params for r in records])
+    assert distlab.max_param_difference(merged, reference.params) <= 1e-6
+    for r in records:                                                       # every rank saw the loss
+        assert r.losses == pytest.approx(reference.losses, abs=1e-5)
+
+
+@pytest.mark.parametrize("p", WORLDS)
+def test_parallelize_module_trains_like_one_process_and_like_ours(runs, reference, p):
+    ours = T.merge_params([r["by hand"].params for r in runs[p]])
+    for r in runs[p]:
+        theirs = r["torch"].params
+        assert distlab.max_param_difference(theirs, reference.params) <= 1e-6
+        assert distlab.max_param_difference(theirs, ours) <= 1e-6
+
+
+@pytest.mark.parametrize("p", WORLDS)
+def test_one_all_reduce_of_batch_x_width_each_way(runs, p):
+    for r in runs[p]:
+        assert r["by hand"].traffic == T.predicted_bytes(BATCH, WIDTH) == {"forward": BATCH * WIDTH * 4,
+                                                                           "backward": BATCH * WIDTH * 4}
+    # data parallelism on the same model would all-reduce every gradient instead
+    w = WIDTH
+    assert T.data_parallel_bytes(w) == 4 * (64 * w + w + 2 * (w * w + w) + 10 * w + 10)
+
+
+def test_the_block_split_by_hand_equals_the_whole_block_in_one_process():
+    """Column then row split, without processes: the slices' partial sums add up to the layer."""
+    whole = build_model("mlp", 8, depth=3, seed=1)
+    x = torch.randn(5, 8)
+    hidden = torch.relu(whole.fc2(x))
+    expected = whole.fc3(hidden)
+    partials = []
+    for rank in range(4):
+        rows = slice(rank * 2, rank * 2 + 2)
+        h = torch.relu(x @ whole.fc2.weight[rows].T + whole.fc2.bias[rows])
+        partials.append(h @ whole.fc3.weight[:, rows].T)
+    assert torch.allclose(sum(partials) + whole.fc3.bias, expected, atol=1e-6)
+
+
+def test_a_width_the_ranks_cannot_share_is_refused_before_starting():
+    with pytest.raises(ValueError, match="tensor-parallel size of 3 does not divide the width 64"):
+        distlab.launch(T.train, world_size=3, width=64, progress="none")
