@@ -10,4 +10,5 @@
 - ``pipeline``       the schedules run on real ranks, every pass and message recorded (lesson 06)
 - ``torch_pipeline`` the same cut through ``torch.distributed.pipelining`` (lesson 06)
 - ``tensor_parallel`` one block's matrices split across ranks, by hand and with ``parallelize_module`` (lesson 07)
+- ``mesh``           the ranks as a data x pipeline x tensor grid, its groups, two 2 x 2 meshes (lesson 07)
 """

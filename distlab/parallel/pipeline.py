@@ -68,7 +68,24 @@ def train(worker, *, model: str = "mlp", width: int = 64, depth: int = 2, global
     step (on the rank that computes it; NaN elsewhere) and the timeline ``events``.
     """
     check_torchrun(worker)
-    p, rank, m, device = worker.world_size, worker.rank, micro_batches, worker.device
+    return train_stage(worker, list(range(worker.world_size)), model=model, width=width, depth=depth,
+                       global_batch_size=global_batch_size, micro_batches=micro_batches, schedule=schedule,
+                       chunks=chunks, steps=steps, lr=lr, seed=seed, dtype=dtype)
+
+
+def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int, global_batch_size: int,
+                micro_batches: int, schedule: str, chunks: int, steps: int, lr: float, seed: int, dtype: str,
+                group=None, replica: tuple[int, int] = (0, 1), average=None) -> RankRecord:
+    """Lesson 06: one rank's part of a pipeline whose stages are the ranks ``peers`` (in order).
+
+    On its own a pipeline is every rank (``train``).  In lesson 07's mesh there are several
+    pipelines side by side: ``group`` is this pipeline's process group, ``replica=(d, D)``
+    says that it trains on the ``d``-th of ``D`` equal slices of every batch, and
+    ``average(params)``, called after the passes, averages the gradients with the other
+    pipelines (data parallelism across pipelines).
+    """
+    p, m, device = len(peers), micro_batches, worker.device
+    rank = peers.index(worker.rank)                           # this rank's stage
     data = load_digits(dtype=DTYPES[dtype])
     whole = build_model(model, width, seed=seed, dtype=DTYPES[dtype], depth=depth).to(device)
     sample = data.x_train[:1].to(device)
@@ -76,28 +93,35 @@ def train(worker, *, model: str = "mlp", width: int = 64, depth: int = 2, global
     mine = [parts[c * p + rank] for c in range(chunks)]       # virtual stage c * p + rank
     params = {n: q for part in mine for n, q in stages.owned_names(whole, part).items()}
     optimizer = torch.optim.SGD(params.values(), lr=lr)
-    record = RankRecord(rank, p, worker.backend, f"pipeline {schedule}", str(device),
-                        config=dict(model=model, width=width, depth=depth, batch_size=global_batch_size // p,
+    d, replicas = replica
+    batch = global_batch_size // replicas                     # what this pipeline trains on per step
+    record = RankRecord(worker.rank, worker.world_size, worker.backend, f"pipeline {schedule}", str(device),
+                        config=dict(model=model, width=width, depth=depth, batch_size=batch // p,
                                     global_batch_size=global_batch_size, micro_batches=m, schedule=schedule,
-                                    chunks=chunks, steps=steps, lr=lr, seed=seed, dtype=dtype,
+                                    chunks=chunks, steps=steps, lr=lr, seed=seed, dtype=dtype, stage=rank,
                                     layers=[[str(n) for n, _ in part.named_children()] for part in parts]),
                         shard=shard_indices(data.n_train, 0, 1, seed=seed))
-    stage = Stage(parts, stages.boundary_shapes(parts, sample), rank, p, global_batch_size // m, device)
+    stage = Stage(parts, stages.boundary_shapes(parts, sample), rank, peers, batch // m, device, group)
     ops = schedules.schedule(schedule, p, m, chunks)[rank]
     x_all, y_all = data.x_train.to(device), data.y_train.to(device)
     t_first = time.time()
     for step in range(steps):
-        idx = global_batch(data.n_train, 1, global_batch_size, step, seed=seed).to(device)
+        idx = global_batch(data.n_train, 1, global_batch_size, step, seed=seed)[d * batch:(d + 1) * batch]
+        idx = idx.to(device)
         t_start = time.time()
         loss, correct = stage.run(step, ops, x_all[idx].chunk(m), y_all[idx].chunk(m), m)
-        t_compute_end = time.time()
+        t_compute_end = t_comm_start = time.time()
+        if average is not None:
+            average(params)
+        t_comm_end = time.time()
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
-        record.steps.append(StepRecord(step, loss, correct / global_batch_size, t_start, t_compute_end,
-                                       None, None, time.time()))
+        record.steps.append(StepRecord(step, loss, correct / batch, t_start, t_compute_end,
+                                       *((t_comm_start, t_comm_end) if average else (None, None)), time.time()))
         worker.progress(step + 1, steps, **({"loss": loss} if loss == loss else {}))
     record.wall_time = time.time() - t_first
     record.events = stage.events
+    record.traffic = {"pipeline": stage.sent_bytes // steps}
     record.params = {n: q.detach().cpu().clone() for n, q in params.items()}
     record.test_accuracy = stage.evaluate(data.x_test.to(device), data.y_test.to(device))
     return record
@@ -109,9 +133,11 @@ train.validate_args = validate_args
 class Stage:
     """What one rank runs: its chunks of the model, the passes of a schedule, and their record."""
 
-    def __init__(self, parts, shapes, rank: int, stages: int, micro_size: int, device):
-        self.parts, self.shapes, self.rank, self.p = parts, shapes, rank, stages
+    def __init__(self, parts, shapes, rank: int, peers: list[int], micro_size: int, device, group=None):
+        self.parts, self.shapes, self.rank, self.p = parts, shapes, rank, len(peers)
+        self.peers, self.group = peers, group     # the global rank of each stage; their group
         self.micro_size, self.device = micro_size, device
+        self.sent_bytes = 0                       # activations and gradients sent, all steps
         self.dtype = next(parts[0].parameters()).dtype
         self.last = len(parts) - 1            # the virtual stage that computes the loss
         self.saved: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -123,13 +149,15 @@ class Stage:
         shape = (self.micro_size, *self.shapes[min(virtual, src_virtual)])
         buf = torch.empty(shape, dtype=self.dtype, device=self.device)
         t0 = time.time()
-        dist.recv(buf, src_virtual % self.p, tag=tag)
+        dist.recv(buf, self.peers[src_virtual % self.p], tag=tag)
         self._note(step, "recv", op, t0)
         return buf
 
     def _send(self, step: int, op, tensor: torch.Tensor, dst_virtual: int, tag: int) -> None:
         t0 = time.time()
-        self.sending.append(dist.isend(tensor.contiguous(), dst_virtual % self.p, tag=tag))
+        tensor = tensor.contiguous()
+        self.sent_bytes += tensor.numel() * tensor.element_size()
+        self.sending.append(dist.isend(tensor, self.peers[dst_virtual % self.p], tag=tag))
         self._note(step, "send", op, t0)
 
     def _note(self, step: int, kind: str, op, t0: float) -> None:
@@ -189,14 +217,14 @@ class Stage:
             shape = (len(x), *self.shapes[v - 1]) if v else None
             inp = x if v == 0 else torch.empty(shape, dtype=x.dtype, device=self.device)
             if v:
-                dist.recv(inp, (v - 1) % self.p, tag=10_000 + v - 1)
+                dist.recv(inp, self.peers[(v - 1) % self.p], tag=10_000 + v - 1)
             out = self.parts[v](inp)
             if v != self.last:
-                dist.send(out.contiguous(), (v + 1) % self.p, tag=10_000 + v)
+                dist.send(out.contiguous(), self.peers[(v + 1) % self.p], tag=10_000 + v)
         accuracy = torch.zeros(1, dtype=torch.float64, device=self.device)
         if self.last % self.p == self.rank:
             accuracy[0] = (out.argmax(1) == y).double().mean()
-        dist.broadcast(accuracy, self.last % self.p)
+        dist.broadcast(accuracy, self.peers[self.last % self.p], group=self.group)
         for part in self.parts:
             part.train()
         return accuracy.item()

@@ -1,0 +1,68 @@
+"""Lesson 07: the 3D grid of ranks, its groups, and two 2 x 2 meshes that train like one process."""
+import pytest
+import workers
+
+import distlab
+from distlab.parallel import data_parallel as dp
+from distlab.parallel import mesh, pipeline
+from distlab.parallel import tensor_parallel as T
+
+STEPS, LR, BATCH, WIDTH = 20, 0.2, 48, 32
+COMMON = dict(width=WIDTH, depth=3, global_batch_size=BATCH, steps=STEPS, lr=LR)
+MESHES = {"data x pipeline": dict(data=2, pipeline=2, tensor=1, micro_batches=2),
+          "data x tensor": dict(data=2, pipeline=1, tensor=2)}
+
+
+def test_the_grid_and_its_lines():
+    ranks = mesh.grid(2, 2, 2)
+    assert mesh.groups_of(ranks, "tensor") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert mesh.groups_of(ranks, "pipeline") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert mesh.groups_of(ranks, "data") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert mesh.coordinates(ranks, 6) == {"data": 1, "pipeline": 1, "tensor": 0}
+    for axis in mesh.AXES:    # every rank in exactly one group along each axis
+        assert sorted(r for g in mesh.groups_of(ranks, axis) for r in g) == list(range(8))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(data=2, pipeline=2, tensor=1, world_size=2), "= 4 ranks does not match the world size 2"),
+    (dict(data=3, pipeline=1, tensor=1, world_size=3, global_batch_size=64), "does not divide among 3 data"),
+    (dict(data=1, pipeline=2, tensor=2, world_size=4), "pipeline and tensor together need 8 processes"),
+    (dict(data=2, pipeline=1, tensor=2, world_size=4, width=33), "tensor-parallel size of 2 does not divide"),
+    (dict(data=2, pipeline=0, tensor=2, world_size=4), "pipeline must be a positive integer"),
+])
+def test_a_mesh_that_does_not_fit_is_refused_before_starting(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        distlab.launch(mesh.train, progress="none", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cases = {name: ("mesh", dict(COMMON, **shape)) for name, shape in MESHES.items()}
+    ranks = distlab.launch(workers.trainings, world_size=4, cases=cases, progress="none", timeout=120)
+    return {name: [r[name] for r in ranks] for name in cases}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return dp.train_single(model="mlp", depth=3, width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR,
+                           record_grads_at=())
+
+
+@pytest.mark.parametrize("name", MESHES)
+def test_each_replica_trains_like_one_process(runs, reference, name):
+    ref = reference
+    for d in range(2):
+        replica = [r for r in runs[name] if r.config["mesh"]["data"] == d]
+        merged = (T.merge_params([r.params for r in replica]) if name == "data x tensor"
+                  else pipeline.merge_params(replica))
+        assert distlab.max_param_difference(merged, ref.params) <= 1e-6
+
+
+def test_who_talks_to_whom(runs):
+    for r in runs["data x pipeline"]:
+        assert r.config["groups"]["data"] == [r.rank % 2, r.rank % 2 + 2]      # same stage, other replica
+        assert r.config["groups"]["pipeline"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]
+        assert r.traffic["pipeline"] == BATCH // 2 * WIDTH * 4                  # one way each: act. or grad.
+        assert r.traffic["data"] == 4 * sum(p.numel() for p in r.params.values())
+    for r in runs["data x tensor"]:
+        assert r.traffic["tensor"] == 2 * BATCH // 2 * WIDTH * 4
