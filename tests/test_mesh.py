@@ -66,3 +66,19 @@ def test_who_talks_to_whom(runs):
         assert r.traffic["data"] == 4 * sum(p.numel() for p in r.params.values())
     for r in runs["data x tensor"]:
         assert r.traffic["tensor"] == 2 * BATCH // 2 * WIDTH * 4
+
+
+def test_the_mesh_picture_and_table_come_from_the_records(runs):
+    from distlab.widgets import display
+    from distlab.widgets import mesh as M
+
+    records = runs["data x pipeline"]
+    table = M.traffic_table(records).splitlines()
+    assert table[1].split() == ["0", "d0", "p0", "t0", f"{records[0].traffic['data']:,}",
+                                f"{records[0].traffic['pipeline']:,}", "0"]
+    assert M.holds(records[0]).startswith("fc1\n")      # fc1 (64 x 32) does as much as the rest
+    assert M.holds(runs["data x tensor"][0]).startswith("fc1, fc2, fc3, out (fc2, fc3 sliced)")
+    for axis in M.AXIS_COLOURS:
+        assert display.figure_png(M.mesh_figure(records, axis)).startswith(b"\x89PNG")
+    widget = M.mesh_widget(records)
+    assert widget.describe("pipeline") == "pipeline groups: [0, 1]; [2, 3]"

@@ -34,7 +34,7 @@ def test_every_pass_once_and_the_textbook_bubble(name, p, m, v):
     for stage_ops in ops:
         assert sorted(stage_ops) == sorted(Op(k, i, c) for k in "FB" for i in range(m) for c in range(v))
     timeline = schedules.simulate(ops, forward=1 / v, backward=2 / v)
-    assert schedules.simulated_bubble(timeline) == pytest.approx(schedules.bubble_fraction(p, m, v))
+    assert schedules.bubble(timeline) == pytest.approx(schedules.bubble_fraction(p, m, v))
 
 
 @pytest.mark.parametrize("p", (2, 3, 4))
@@ -191,3 +191,29 @@ def test_the_test_accuracy_is_the_whole_models(runs):
     ref = reference("mlp", 3)
     for record in runs[2]["1f1b"]:
         assert record.test_accuracy == pytest.approx(ref.test_accuracy)
+
+
+def test_the_measured_timeline_has_a_bubble_near_the_textbook(runs):
+    """Timings swing on a shared machine: only what must hold whatever the load is checked."""
+    for name, m in (("gpipe", 4), ("1f1b", 4)):
+        for step in (STEPS - 2, STEPS - 1):
+            measured = schedules.bubble(pipeline.timeline(runs[2][name], step))
+            assert schedules.bubble_fraction(2, m) * 0.5 < measured < 1    # messages only add to it
+
+
+def test_the_pipeline_pictures_are_drawn_from_the_runs(runs):
+    from distlab.widgets import display
+    from distlab.widgets import pipeline as P
+
+    picked = {("gpipe", 4): runs[2]["gpipe"], ("1f1b", 4): runs[2]["1f1b"], ("gpipe", 1): runs[2]["naive mlp"]}
+    rows = P.bubble_rows(picked)
+    assert [(r["schedule"], r["m"]) for r in rows] == [("1f1b", 4), ("gpipe", 1), ("gpipe", 4)]
+    assert [r["held"] for r in rows] == [[2, 1], [1, 1], [4, 4]]         # counted on the ranks
+    assert rows[1]["predicted"] == 0.5
+    for figure in (P.bubble_figure(rows), P.timeline_figure(pipeline.timeline(runs[2]["1f1b"], 3), "1f1b", 4),
+                   P.timeline_figure(None, "interleaved", 4, 2)):
+        assert display.figure_png(figure).startswith(b"\x89PNG")
+    explorer = P.pipeline_explorer(picked)
+    assert explorer.describe("gpipe", 4).startswith("gpipe, m = 4: predicted bubble 20%, measured ")
+    assert explorer.describe("1f1b", 1) == "1f1b, m = 1: predicted bubble 50% (not run)"
+    assert explorer.png().startswith(b"\x89PNG")

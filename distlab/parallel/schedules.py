@@ -178,7 +178,7 @@ def simulate(ops_per_stage: list[list[Op]], forward: float = 1.0, backward: floa
     return timeline
 
 
-def simulated_bubble(timeline: list[list[dict]]) -> float:
+def bubble(timeline: list[list[dict]]) -> float:
     """Lesson 06: the idle fraction of a (simulated or measured) timeline: 1 - busy / (p * span)."""
     start = min(t["start"] for row in timeline for t in row)
     end = max(t["end"] for row in timeline for t in row)

@@ -1,0 +1,127 @@
+"""Benchmark for issue #12: pipeline bubbles, a 2-stage pipeline's speedup, tensor parallelism's bytes.
+
+Three measurements on real ranks, each in rounds (``scripts/goals.py`` prints their spread and
+bases each GOAL on the median):
+
+- ``pipeline_bubble_ratio_<schedule>_m<m>``: the bubble measured on 2 stages (from the passes
+  each rank recorded, ``schedules.bubble(pipeline.timeline(...))``, median over the measured
+  steps) over the textbook's ``(p - 1) / (m + p - 1)``, for GPipe and 1F1B at m = 1, 2, 4, 8.
+  Goal within 0.75..1.25.  Messages and uneven stages only add to the measured bubble.
+- ``pipeline_speedup_2stages``: samples/s of a 2-stage 1F1B pipeline at m = 8 over one process
+  training the same model (the same code with one stage), alternating; each rank one core.
+  Goal >= 1.5 (the bubble alone caps it at 2 x 8/9 = 1.78).
+- ``tensor_parallel_vs_dp_bytes``: bytes that really crossed the loopback interface per step
+  (``/proc/net/dev``, the difference between a long and a short run, so start-up and the
+  test evaluation cancel) for 2-rank tensor parallelism, over the prediction: two all-reduces
+  of ``batch x width`` numbers, in which each of the 2 ranks sends the whole tensor once.
+  Goal within 0.9..1.1.  Data parallelism on the same model is measured the same way and
+  reported next to it.
+
+The model is the wide MLP (width 1024, depth 3: two balanced stages), global batch 512.
+"""
+import statistics
+import sys
+import time
+
+import distlab
+from distlab.parallel import data_parallel as dp
+from distlab.parallel import pipeline, schedules
+from distlab.parallel import tensor_parallel as T
+from scripts.goals import goal
+
+MODEL = dict(model="mlp", width=1024, depth=3, global_batch_size=512, lr=0.01)
+STEPS, SKIP, ROUNDS = 6, 2, 3
+MICRO = (1, 2, 4, 8)
+WIRE = dict(width=1024, global_batch_size=256, lr=0.01)
+SHORT, LONG = 3, 13
+
+
+def loopback_bytes() -> int:
+    """Bytes sent over ``lo`` since boot (the transmit counter of /proc/net/dev)."""
+    with open("/proc/net/dev") as f:
+        for line in f:
+            if line.strip().startswith("lo:"):
+                return int(line.split(":", 1)[1].split()[8])
+    raise RuntimeError("no loopback interface in /proc/net/dev")
+
+
+def run_pipeline(world: int, schedule: str, m: int, steps: int = STEPS):
+    return distlab.launch(pipeline.train, world_size=world, schedule=schedule, micro_batches=m, steps=steps,
+                          progress="none", warm=True, **MODEL)
+
+
+def steady(records) -> float:
+    """Samples/s from step SKIP on, the slowest rank's time."""
+    seconds = max(r.steps[-1].t_end - r.steps[SKIP].t_start for r in records)
+    return MODEL["global_batch_size"] * (len(records[0].steps) - SKIP) / seconds
+
+
+def bubbles(rounds: int) -> dict:
+    out = {(s, m): [] for s in ("gpipe", "1f1b") for m in MICRO}
+    for i in range(rounds):
+        keys = list(out) if i % 2 == 0 else list(out)[::-1]
+        for schedule, m in keys:
+            records = run_pipeline(2, schedule, m)
+            measured = statistics.median(schedules.bubble(pipeline.timeline(records, s))
+                                         for s in range(SKIP, STEPS))
+            out[schedule, m].append(measured / schedules.bubble_fraction(2, m))
+        print(f"round {i}: " + ", ".join(f"{s} m={m} {v[-1]:.2f}" for (s, m), v in out.items()), flush=True)
+    return out
+
+
+def speedups(rounds: int) -> list[float]:
+    ratios = []
+    for i in range(rounds):
+        order = (1, 2) if i % 2 == 0 else (2, 1)
+        got = {w: steady(run_pipeline(w, "1f1b", 8 if w == 2 else 1, steps=STEPS + 2)) for w in order}
+        ratios.append(got[2] / got[1])
+        print(f"round {i}: 1 process {got[1]:.0f} samples/s, 2 stages {got[2]:.0f} samples/s, "
+              f"ratio {ratios[-1]:.3f}", flush=True)
+    return ratios
+
+
+def wire_bytes_per_step(fn, **kwargs) -> float:
+    """Loopback bytes of a LONG run minus a SHORT one, per step of difference."""
+    sent = {}
+    for steps in (SHORT, LONG):
+        before = loopback_bytes()
+        distlab.launch(fn, world_size=2, steps=steps, progress="none", warm=True, **kwargs)
+        sent[steps] = loopback_bytes() - before
+    return (sent[LONG] - sent[SHORT]) / (LONG - SHORT)
+
+
+def wire(rounds: int) -> list[float]:
+    b, w = WIRE["global_batch_size"], WIRE["width"]
+    tp_predicted = 2 * 2 * b * w * 4              # 2 all-reduces x 2 ranks x the tensor once each
+    dp_predicted = 2 * T.data_parallel_bytes(w)   # 1 all-reduce of every gradient x 2 ranks
+    ratios, dp_ratios = [], []
+    for i in range(rounds):
+        tp = wire_bytes_per_step(T.train, **WIRE)
+        dpb = wire_bytes_per_step(dp.train, method="fused", depth=3, record_grads_at=(), **WIRE)
+        ratios.append(tp / tp_predicted)
+        dp_ratios.append(dpb / dp_predicted)
+        print(f"round {i}: tensor parallel {tp / 1e6:.2f} MB/step (predicted {tp_predicted / 1e6:.2f}), "
+              f"data parallel {dpb / 1e6:.2f} MB/step (predicted {dp_predicted / 1e6:.2f})", flush=True)
+    print(f"REPORT data_parallel_bytes_vs_predicted {statistics.median(dp_ratios):.3f} (tensor parallelism "
+          f"moves {statistics.median(ratios) * tp_predicted / (statistics.median(dp_ratios) * dp_predicted):.2f}x "
+          f"the bytes of data parallelism here, batch {b}, width {w})")
+    return ratios
+
+
+def main() -> int:
+    t0 = time.time()
+    print(f"model {MODEL}; {STEPS} steps, {SKIP} skipped, {ROUNDS} rounds", flush=True)
+    bubble = bubbles(ROUNDS)
+    speed = speedups(ROUNDS)
+    tp = wire(ROUNDS)
+    distlab.shutdown()
+    for (schedule, m), values in bubble.items():
+        goal(f"pipeline_bubble_ratio_{schedule}_m{m}", values, "within", (0.75, 1.25))
+    goal("pipeline_speedup_2stages", speed, ">=", 1.5)
+    goal("tensor_parallel_vs_dp_bytes", tp, "within", (0.9, 1.1))
+    print(f"({time.time() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
