@@ -23,6 +23,7 @@ from . import data
 from .comm import collectives, cost_model
 from .measure import speedup
 from .models import build_model
+from .parallel import mesh, schedules, tensor_parallel
 
 
 def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",
@@ -172,3 +173,66 @@ def allreduce_on_eight(answer, nbytes: int, messages: int, alpha: float, beta: f
         2 * 7 * messages * alpha + nbytes * beta:
             "a ring rank sends 2(N-1)/N of the bytes, not all of them once."},
         otherwise="2(N-1) k alpha for the latency, plus 2(N-1)/N n beta for the bytes.", tolerance=1e-6)
+
+
+# --- lesson 06 --------------------------------------------------------------------------------
+def bubble_of(answer, stages: int, micro_batches: int) -> bool | None:
+    """Lesson 06: the idle fraction of a GPipe or 1F1B pipeline of ``stages`` stages and
+    ``micro_batches`` micro-batches (a fraction, e.g. 0.25, not 25)."""
+    p, m = stages, micro_batches
+    expected = schedules.bubble_fraction(p, m)
+    return check("pipeline bubble", answer, expected, tolerance=1e-3, hints={
+        (p - 1) / m: "that is bubble time over *working* time; the fraction of all the time is (p-1)/(m+p-1).",
+        (p - 1) / (m + p - 1) * 100: "as a fraction between 0 and 1, please, not a percentage.",
+        1 / p: "that is the naive split's share of working time per stage, without micro-batches."},
+        otherwise="each stage waits p - 1 passes' worth while the pipe fills and drains, and works m.")
+
+
+def held_on_first_stage(answer, stages: int, micro_batches: int) -> bool | None:
+    """Lesson 06: the most micro-batches whose activations 1F1B's first stage holds at once."""
+    expected = schedules.held_activations(schedules.one_f_one_b(stages, micro_batches, 0))
+    return check("1F1B activations on stage 0", answer, expected, hints={
+        micro_batches: "that is GPipe (all forwards before any backward); 1F1B starts backwards sooner.",
+        stages - 1: "count the warm-up forwards, p - 1, plus the one of the first steady-state pair."},
+        otherwise="stage 0 runs p - 1 forwards ahead, then one more before its first backward.")
+
+
+def activation_bytes(answer, batch: int, width: int, micro_batches: int, itemsize: int = 4) -> bool | None:
+    """Lesson 06: bytes stage 0 of a 2-stage split of the MLP sends per step (its activations)."""
+    expected = batch * width * itemsize
+    return check("bytes stage 0 sends", answer, expected, hints={
+        batch * width * itemsize // micro_batches: "that is one micro-batch; a step sends all m of them.",
+        batch * width: "in bytes: each float32 number is 4 bytes.",
+        2 * batch * width * itemsize: "stage 0 sends activations forward only; the gradients come back to it."},
+        otherwise="each of the batch's samples leaves stage 0 as width numbers of 4 bytes.")
+
+
+# --- lesson 07 --------------------------------------------------------------------------------
+def tensor_parallel_bytes(answer, batch: int, width: int, itemsize: int = 4) -> bool | None:
+    """Lesson 07: bytes one rank passes to all-reduce per step in the split block."""
+    expected = sum(tensor_parallel.predicted_bytes(batch, width, itemsize).values())
+    return check("tensor-parallel bytes per step", answer, expected, hints={
+        batch * width * itemsize: "that is the forward all-reduce only; backward all-reduces the input's gradient.",
+        2 * batch * width: "in bytes: each float32 number is 4 bytes."},
+        otherwise="one all-reduce of batch x width numbers forward, one backward.")
+
+
+def rank_in_grid(answer, data: int, pipeline: int, tensor: int, where: dict) -> bool | None:
+    """Lesson 07: the rank at ``where = {"data", "pipeline", "tensor"}`` in a reshaped grid."""
+    ranks = mesh.grid(data, pipeline, tensor)
+    expected = int(ranks[where["data"], where["pipeline"], where["tensor"]])
+    d, p, t = where["data"], where["pipeline"], where["tensor"]
+    data_fastest = d + data * (p + pipeline * t)          # the grid read the other way round
+    return check("rank in the grid", answer, expected, hints={
+        data_fastest: "the last axis (tensor) varies fastest: neighbours in a tensor group are consecutive ranks."},
+        otherwise="rank = (d x pipeline + p) x tensor + t.")
+
+
+def equal_traffic_batch(answer, width: int, itemsize: int = 4) -> bool | None:
+    """Lesson 07: the batch at which the split block's all-reduces move as many bytes per step
+    as data parallelism's all-reduce of every gradient (depth-3 MLP)."""
+    expected = tensor_parallel.data_parallel_bytes(width, itemsize) / (2 * width * itemsize)
+    return check("equal-traffic batch", answer, expected, tolerance=0.02, hints={
+        tensor_parallel.data_parallel_bytes(width, itemsize) / (width * itemsize):
+            "tensor parallelism all-reduces twice per step (forward and backward)."},
+        otherwise="set 2 x batch x width x 4 equal to 4 x (the model's number of parameters) and solve.")

@@ -11,8 +11,9 @@
 #   it on a *different part of the data*. The copies must stay identical, so the workers combine
 #   their gradients before every update.
 # * **Model parallelism**: the *model* is cut into pieces that live on different workers, for
-#   models too large for one. Activations travel between workers instead of gradients. This
-#   course does not run it yet: lessons 01 to 05 are all data parallelism.
+#   models too large for one. Activations travel between workers instead of gradients.
+#   Lessons 06 (whole layers per worker: pipelines) and 07 (slices of each layer: tensor
+#   parallelism, and the three combined) run it; lessons 01 to 05 are data parallelism.
 #
 # The insurance company wants to train on more data, so data parallelism comes first.
 

@@ -380,3 +380,5 @@ print(f"compute per rank at 8 ranks: about {worst[1]['compute_s'] / 8 * 1e3:.3f}
 #   and expect a limit.
 # * Measure, on the real machine, before buying more of them: the benchmark
 #   `bench/scaling.py` does it for the regimes of this lesson.
+#
+# Next lesson: when the model itself no longer fits on one worker, **06 · Splitting the model**.

@@ -40,6 +40,16 @@ CASES = {
     "05 all-reduce on 8": (ex.allreduce_on_eight, dict(nbytes=NBYTES, messages=6, alpha=ALPHA, beta=BETA),
                            2 * 7 * 6 * ALPHA + 2 * 7 / 8 * NBYTES * BETA,
                            2 * 7 * ALPHA + 2 * 7 / 8 * NBYTES * BETA, "latency of its own"),
+    "06 bubble": (ex.bubble_of, dict(stages=4, micro_batches=8), 3 / 11, 3 / 8, "*working* time"),
+    "06 bubble in percent": (ex.bubble_of, dict(stages=4, micro_batches=8), 0.2727, 27.27, "percentage"),
+    "06 held on stage 0": (ex.held_on_first_stage, dict(stages=4, micro_batches=8), 4, 8, "GPipe"),
+    "06 activation bytes": (ex.activation_bytes, dict(batch=256, width=512, micro_batches=8), 524_288, 65_536,
+                            "one micro-batch"),
+    "07 tensor-parallel bytes": (ex.tensor_parallel_bytes, dict(batch=64, width=512), 262_144, 131_072,
+                                 "forward all-reduce only"),
+    "07 rank in the grid": (ex.rank_in_grid, dict(data=2, pipeline=2, tensor=2,
+                                                  where=dict(data=1, pipeline=1, tensor=0)), 6, 3, "varies fastest"),
+    "07 equal-traffic batch": (ex.equal_traffic_batch, dict(width=512), 550.5, 1101, "twice per step"),
 }
 
 

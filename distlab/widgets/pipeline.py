@@ -11,6 +11,8 @@ Like every widget in distlab, this module only reads records; it never trains.
 """
 from __future__ import annotations
 
+import statistics
+
 import ipywidgets as W
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -67,17 +69,18 @@ def timeline_figure(measured: list[list[dict]] | None, schedule: str, micro_batc
     return fig
 
 
-def bubble_rows(runs: dict, step: int = -1) -> list[dict]:
+def bubble_rows(runs: dict, skip: int = 2) -> list[dict]:
     """Lesson 06: ``{"schedule", "m", "measured", "predicted", "held"}`` per run of
-    ``runs = {(schedule, m): records}``: the bubble of ``step`` (default: the last) and the
-    most micro-batches whose activations each stage held (counted on the ranks)."""
+    ``runs = {(schedule, m): records}``: the median bubble of the steps after the first ``skip``
+    (the first steps also pay for first-time set-up), and the most micro-batches whose
+    activations each stage held (counted on the ranks)."""
     out = []
     for (schedule, m), records in sorted(runs.items()):
-        p = len(records)
-        s = step % len(records[0].steps)
-        held = [max(e["held"] for e in r.events if e["step"] == s) for r in records]
-        out.append(dict(schedule=schedule, m=m, measured=schedules.bubble(pipeline.timeline(records, s)),
-                        predicted=schedules.bubble_fraction(p, m), held=held))
+        steps = range(min(skip, len(records[0].steps) - 1), len(records[0].steps))
+        held = [max(e["held"] for e in r.events) for r in records]
+        measured = statistics.median(schedules.bubble(pipeline.timeline(records, s)) for s in steps)
+        out.append(dict(schedule=schedule, m=m, measured=measured,
+                        predicted=schedules.bubble_fraction(len(records), m), held=held))
     return out
 
 

@@ -1,0 +1,44 @@
+# %% [markdown]
+# # Lesson 06 · solutions
+#
+# The exercises of `notebooks/06_splitting_the_model.ipynb` with their answers filled in,
+# checked by the same checkers as in the lesson; exercise 3 also against a real run.
+
+# %%
+import distlab
+from distlab import exercises
+from distlab.parallel import pipeline, schedules
+
+# %% [markdown]
+# **1. The bubble of 4 stages and 8 micro-batches.** Each stage works 8 passes' worth and
+# waits 3 (p - 1) while the pipe fills and drains: 3 / (8 + 3) = 3/11, about 0.27.
+
+# %%
+my_bubble = (4 - 1) / (8 + 4 - 1)
+
+assert exercises.bubble_of(my_bubble, stages=4, micro_batches=8)
+
+# %% [markdown]
+# **2. Activations on 1F1B's first stage.** Stage 0 runs p - 1 = 3 warm-up forwards, then one
+# more forward before its first backward frees micro-batch 0: at most 4 = p micro-batches,
+# whatever m is (GPipe would hold all 8).
+
+# %%
+print(" ".join(map(str, schedules.one_f_one_b(4, 8, 0))))
+my_held = 4
+
+assert exercises.held_on_first_stage(my_held, stages=4, micro_batches=8)
+
+# %% [markdown]
+# **3. Bytes stage 0 sends per step.** Every sample of the batch leaves stage 0 as 512 numbers of
+# 4 bytes, in 8 micro-batches of 32 samples: 256 x 512 x 4 = 524,288 bytes, whatever m is.
+
+# %% tags=["nbval-ignore-output"]
+run = distlab.launch(pipeline.train, world_size=2, schedule="1f1b", micro_batches=8, steps=3, model="mlp",
+                     width=512, depth=3, global_batch_size=256, lr=0.1, seed=0, progress="none")
+
+# %%
+my_bytes = 256 * 512 * 4
+
+assert my_bytes == run[0].traffic["pipeline"]
+assert exercises.activation_bytes(my_bytes, batch=256, width=512, micro_batches=8)

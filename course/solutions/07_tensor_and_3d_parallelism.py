@@ -1,0 +1,47 @@
+# %% [markdown]
+# # Lesson 07 · solutions
+#
+# The exercises of `notebooks/07_tensor_and_3d_parallelism.ipynb` with their answers filled in,
+# checked by the same checkers as in the lesson; exercise 1 also against a real run.
+
+# %%
+import distlab
+from distlab import exercises
+from distlab.models import build_model, count_parameters
+from distlab.parallel import mesh, tensor_parallel
+
+# %% [markdown]
+# **1. Bytes per step of the split block.** One all-reduce of the block's output forward and one
+# of its input's gradient backward, each 64 x 512 numbers of 4 bytes: 2 x 64 x 512 x 4 = 262,144.
+
+# %% tags=["nbval-ignore-output"]
+run = distlab.launch(tensor_parallel.train, world_size=2, width=512, global_batch_size=64, steps=2,
+                     progress="none")
+
+# %%
+my_bytes = 2 * 64 * 512 * 4
+
+assert my_bytes == sum(run[0].traffic.values())
+assert exercises.tensor_parallel_bytes(my_bytes, batch=64, width=512)
+
+# %% [markdown]
+# **2. The rank at (data 1, pipeline 1, tensor 0).** The grid is `arange(8).reshape(2, 2, 2)`,
+# so the last axis varies fastest: rank = (d x 2 + p) x 2 + t = (1 x 2 + 1) x 2 + 0 = 6.
+
+# %%
+print(mesh.grid(2, 2, 2))
+my_rank = (1 * 2 + 1) * 2 + 0
+
+assert exercises.rank_in_grid(my_rank, 2, 2, 2, dict(data=1, pipeline=1, tensor=0))
+
+# %% [markdown]
+# **3. The batch at which both move the same bytes.** Data parallelism all-reduces every
+# gradient: 4 x P bytes, P the number of parameters. The split block all-reduces 2 x B x 512 x 4.
+# Equal when B = P / (2 x 512); above that batch, tensor parallelism moves more.
+
+# %%
+P = count_parameters(build_model("mlp", 512, depth=3))
+my_batch = P / (2 * 512)
+print(f"P = {P:,} parameters: equal at a batch of {my_batch:.0f}")
+
+assert exercises.equal_traffic_batch(my_batch, width=512)

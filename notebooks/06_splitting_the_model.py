@@ -1,0 +1,277 @@
+# %% [markdown]
+# # Lesson 06 · Splitting the model
+#
+# **Goal of this lesson.** Lessons 01-05 gave every worker a whole copy of the model. The
+# insurance company's next model is bigger, and one day it will not fit in one worker's
+# memory. Then the *model* has to be split: each worker trains a part of it, and the parts
+# pass activations forward and gradients back. By the end of this lesson you can:
+#
+# 1. cut a model into **stages**, one per rank, balanced by the work each does, and train it
+#    on real processes to the same parameters as one process (**naive model parallelism**);
+# 2. see on a recorded timeline why the naive split leaves all but one worker idle, and
+#    predict, then measure, the **bubble** of a pipeline with micro-batches;
+# 3. compare the schedules **GPipe**, **1F1B** and **interleaved 1F1B**: the same result, different
+#    bubbles, and different numbers of activations held in memory;
+# 4. check that PyTorch's own `torch.distributed.pipelining` gives the same parameters as the
+#    hand-written schedules.
+#
+# Everything runs on real worker processes (gloo between CPU processes here; one GPU a stage
+# where there are GPUs). Timings move from run to run: read them as "about".
+
+# %%
+import torch
+
+import distlab
+from distlab.models import build_model, count_parameters
+from distlab.parallel import data_parallel, pipeline, schedules, stages, torch_pipeline
+from distlab.widgets import pipeline as pictures
+from distlab.widgets.display import show
+
+# every run of this lesson: the MLP with three hidden layers, so that it has four layers to share out
+SETUP = dict(model="mlp", width=512, depth=3, global_batch_size=256, lr=0.1, seed=0)
+STEPS = 20
+
+# %% tags=["nbval-ignore-output"]
+from distlab import doctor
+
+print(doctor.this_run())    # the machine the numbers in this lesson come from
+
+# %% [markdown]
+# ## 1. Cutting the model into stages
+#
+# distlab's models are `nn.Sequential` stacks, so a part of a model is a run of consecutive
+# layers, and giving each rank one such part (a **stage**) is slicing. Where to cut? A
+# pipeline moves at the pace of its slowest stage, so the cut should share out the *work*:
+# `stages.layer_costs` counts the multiply-adds each layer does for one sample, and
+# `stages.split` picks the cut whose busiest stage does the least.
+
+# %%
+model = build_model("mlp", SETUP["width"], depth=SETUP["depth"])
+sample = torch.zeros(1, 1, 8, 8)
+costs = stages.layer_costs(model, sample)
+for (name, layer), cost in zip(model.named_children(), costs):
+    print(f"{name:>8}: {cost:>7,} multiply-adds per sample")
+starts = stages.cut_points(model, 2, sample)
+names = list(dict(model.named_children()))
+for s, (a, b) in enumerate(zip(starts, [*starts[1:], len(model)])):
+    print(f"stage {s}: {', '.join(names[a:b])}: {sum(costs[a:b]):,} multiply-adds per sample, "
+          f"{count_parameters(model[a:b]):,} parameters")
+
+# %% [markdown]
+# Each stage sends the next one its output for every sample: `stages.boundary_shapes` gives
+# its shape (512 numbers per sample after stage 0). Only these activations, and their
+# gradients on the way back, travel between ranks; the parameters never leave their stage.
+
+# %% [markdown]
+# ## 2. Naive model parallelism, on two real ranks
+#
+# Rank 0 runs stage 0 on the batch and sends its activations to rank 1; rank 1 finishes the
+# forward pass, computes the loss and runs backward through its layers; it sends the gradient
+# of its input back to rank 0, which finishes the backward pass. Then each rank updates its own
+# parameters. In distlab this is `pipeline.train` with one micro-batch:
+
+# %% tags=["nbval-ignore-output"]
+naive = distlab.launch(pipeline.train, world_size=2, micro_batches=1, steps=STEPS, **SETUP)
+
+# %% [markdown]
+# Does splitting change what is learned? One process trains the whole model on the same
+# batches (`train_single`, lesson 01); the stages' parameters, put back together, must equal it.
+
+# %%
+one_process = data_parallel.train_single(steps=STEPS, record_grads_at=(), **SETUP)
+difference = distlab.max_param_difference(pipeline.merge_params(naive), one_process.params)
+assert difference <= 1e-6
+print(f"after {STEPS} steps the two stages hold exactly the parameters of one process (within 1e-6)")
+print("rank 0 holds", sorted(naive[0].params), "\nrank 1 holds", sorted(naive[1].params))
+
+# %% [markdown]
+# Every rank wrote down when each of its passes started and ended (`record.events`). Here is
+# one step: the measured timeline on top, and below it what the schedule predicts if a backward
+# pass costs twice a forward and messages were free.
+
+# %% tags=["nbval-ignore-output"]
+show(pictures.timeline_figure(pipeline.timeline(naive, STEPS - 1), "gpipe", 1))
+
+# %% [markdown]
+# **Why half the time is idle.** Stage 1 cannot start before stage 0 has finished its forward
+# pass, and stage 0 cannot go backward before stage 1 has sent the gradient. So at any moment
+# exactly one stage works: with p stages, each is idle (p - 1)/p of the time. The shaded part
+# is that **bubble**. Splitting the model made it *fit*; it did not make it faster.
+
+# %% [markdown]
+# ## 3. Micro-batches: a pipeline
+#
+# Cut the batch into m **micro-batches**. As soon as stage 0 has sent micro-batch 0 on, it can
+# start on micro-batch 1 while stage 1 works on 0. The gradients of the micro-batches add up
+# in `.grad` (each micro-batch's loss is divided by m), so the update is still that of the
+# whole batch. GPipe runs all m forwards, then all m backwards.
+#
+# **Predict before running the next cell:** with p stages of equal work and m micro-batches,
+# each stage waits for the pipe to fill and to drain, p - 1 passes' worth, and works m. What
+# fraction of its time is idle for p = 2 and m = 4? (The cell below prints the textbook's answer
+# next to the measurement.)
+
+# %% tags=["nbval-ignore-output"]
+runs = {}
+for schedule in ("gpipe", "1f1b"):
+    for m in (1, 2, 4, 8):
+        runs[schedule, m] = distlab.launch(pipeline.train, world_size=2, schedule=schedule, micro_batches=m,
+                                           steps=STEPS, progress="none", **SETUP)
+
+# %%
+for (schedule, m), records in runs.items():
+    assert distlab.max_param_difference(pipeline.merge_params(records), one_process.params) <= 1e-6
+print("every schedule, every number of micro-batches: the parameters of one process (within 1e-6)")
+
+# %% [markdown]
+# Choose a schedule and a number of micro-batches: the run recorded on the ranks above the
+# prediction for it.
+
+# %% tags=["nbval-ignore-output"]
+pictures.pipeline_explorer(runs)
+
+# %% tags=["nbval-ignore-output"]
+rows = pictures.bubble_rows(runs)
+show(pictures.bubble_figure(rows))
+for r in rows:
+    print(f"{r['schedule']:>6}, m = {r['m']}: bubble measured {r['measured']:.0%}, "
+          f"textbook (p-1)/(m+p-1) {r['predicted']:.0%}")
+above = sum(r["measured"] > r["predicted"] for r in rows)
+print(f"measured above the textbook in {above} of {len(rows)} runs; largest excess "
+      f"{max(r['measured'] - r['predicted'] for r in rows):+.0%}")
+
+# %% [markdown]
+# **Reading the measurement.** The textbook bubble assumes equal stages and free messages.
+# Here every activation and gradient crosses a socket between two processes, and each
+# micro-batch pays that message's fixed cost (lesson 03's alpha); smaller micro-batches also
+# compute less efficiently. Both add idle time that the formula does not count, which is why
+# a measured bubble is usually above the line, and more so at large m, where the messages are
+# many and small. More micro-batches shrink the bubble only while a micro-batch still has
+# enough work to hide its message.
+
+# %% [markdown]
+# ## 4. Same bubble, less memory: 1F1B
+#
+# The picture for GPipe at m = 8 shows the catch: stage 0 runs all eight forwards before any
+# backward, so it must keep the activations of all eight micro-batches for the backward
+# pass. **1F1B** starts each backward as soon as it can: after a warm-up of p - 1 - s forwards,
+# stage s alternates one forward, one backward. The bubble is the same; the memory is not.
+# Each rank counted, after every pass, how many micro-batches' activations it was holding:
+
+# %%
+print(f"{'schedule':>8} {'m':>3}  most micro-batches held, stage 0 / stage 1")
+for r in rows:
+    print(f"{r['schedule']:>8} {r['m']:>3}  {r['held'][0]} / {r['held'][1]}")
+for m in (1, 2, 4, 8):
+    assert pictures.bubble_rows({("gpipe", m): runs["gpipe", m]})[0]["held"] == [m, m]
+    assert pictures.bubble_rows({("1f1b", m): runs["1f1b", m]})[0]["held"] == [min(2, m), 1]
+
+# %% [markdown]
+# GPipe holds all m on every stage; 1F1B never more than p - s on stage s, whatever m: so
+# 1F1B can use many micro-batches (a small bubble) without running out of memory.
+#
+# **Interleaved 1F1B** goes one step further: each rank holds v smaller chunks of the model
+# (rank 0 has chunks 0 and 2, rank 1 chunks 1 and 3), so a micro-batch passes every rank v
+# times, the pipe fills v times sooner and the bubble shrinks to (p-1)/(v m + p-1), at the
+# price of v times more messages. The schedules are plain data, so we can simulate them first:
+
+# %%
+for name, v in (("1f1b", 1), ("interleaved", 2)):
+    predicted = schedules.simulate(schedules.schedule(name, 2, 4, v), forward=1 / v, backward=2 / v)
+    print(f"{name:>11}, 2 ranks, m = 4, {v} chunk(s) per rank: simulated bubble {schedules.bubble(predicted):.0%}, "
+          f"formula {schedules.bubble_fraction(2, 4, v):.0%}")
+interleaved = distlab.launch(pipeline.train, world_size=2, schedule="interleaved", chunks=2, micro_batches=4,
+                             steps=STEPS, progress="none", **SETUP)
+assert distlab.max_param_difference(pipeline.merge_params(interleaved), one_process.params) <= 1e-6
+print("interleaved on real ranks: the parameters of one process (within 1e-6)")
+
+# %% tags=["nbval-ignore-output"]
+show(pictures.timeline_figure(pipeline.timeline(interleaved, STEPS - 1), "interleaved", 4, chunks=2))
+
+# %% [markdown]
+# ## 5. PyTorch's own pipelining
+#
+# In a real project you would not write the schedules yourself: `torch.distributed.pipelining`
+# has them (`ScheduleGPipe`, `Schedule1F1B` and more). Given the same cut of the same model and
+# the same batches, it must reach the same parameters as ours:
+
+# %%
+for schedule in ("gpipe", "1f1b"):
+    theirs = distlab.launch(torch_pipeline.train, world_size=2, schedule=schedule, micro_batches=4,
+                            steps=STEPS, progress="none", **SETUP)
+    ours = pipeline.merge_params(runs[schedule, 4])
+    assert distlab.max_param_difference(pipeline.merge_params(theirs), ours) <= 1e-6
+    print(f"torch.distributed.pipelining {schedule}: the same parameters as the hand-written {schedule}")
+
+# %% [markdown]
+# ## 6. When is a pipeline worth its complexity?
+#
+# The insurance company asks it plainly. Three numbers from this lesson's own runs answer it:
+# what each rank must hold, how much of the time it idles, and what it sends.
+
+# %% tags=["nbval-ignore-output"]
+whole = sum(p.numel() for p in one_process.params.values()) * 4
+held = [sum(p.numel() for p in r.params.values()) * 4 for r in runs["1f1b", 8]]
+sent = [r.traffic["pipeline"] for r in runs["1f1b", 8]]
+best = min(rows, key=lambda r: r["measured"])
+print(f"parameters per rank: {held[0] / 1e3:.0f} kB and {held[1] / 1e3:.0f} kB instead of {whole / 1e3:.0f} kB "
+      f"on one rank: {max(held) / whole:.0%} of the model on the fuller stage")
+naive_row = next(r for r in rows if r["schedule"] == "gpipe" and r["m"] == 1)
+print(f"idle time: {best['measured']:.0%} at best ({best['schedule']}, m = {best['m']}), "
+      f"{naive_row['measured']:.0%} for the naive split")
+print(f"sent per step: {sent[0] / 1e3:.0f} kB of activations by stage 0, {sent[1] / 1e3:.0f} kB of gradients by "
+      f"stage 1; data parallelism would all-reduce {whole / 1e3:.0f} kB of gradients")
+
+# %% [markdown]
+# So a pipeline **pays in memory**: each rank holds only its stage's parameters (and, with
+# 1F1B, a bounded number of activations). It **costs in time**: the bubble, and messages on the
+# critical path, which grow with the batch rather than with the model. For a model that fits
+# on one worker, as every model in this course does, data parallelism is simpler and idles
+# less. A pipeline becomes worth it when the model (with its optimizer state, lesson on memory)
+# no longer fits, and then with many micro-batches and a schedule such as 1F1B that keeps the
+# activations bounded. `bench/model_parallel.py` measures a 2-stage pipeline's speed against
+# one process on a model big enough for the work to hide the messages.
+#
+# ## Exercises
+#
+# **1.** A pipeline of 4 equal stages runs 8 micro-batches per step with 1F1B. What fraction
+# of its time is each stage idle? (A fraction such as 0.25, not a percentage.)
+
+# %%
+from distlab import exercises
+
+my_bubble = ...     # idle fraction for p = 4 stages, m = 8 micro-batches
+
+exercises.bubble_of(my_bubble, stages=4, micro_batches=8)
+
+# %% [markdown]
+# **2.** In that pipeline, at most how many micro-batches' activations does stage 0 hold at
+# once? (`schedules.one_f_one_b(4, 8, 0)` lists its passes, if you want to count.)
+
+# %%
+my_held = ...       # most micro-batches held by stage 0, 1F1B, p = 4, m = 8
+
+exercises.held_on_first_stage(my_held, stages=4, micro_batches=8)
+
+# %% [markdown]
+# **3.** In the 2-stage runs above (batch 256, width 512, float32), how many bytes does stage 0
+# send per training step with 8 micro-batches? Check your answer against `traffic` in its record.
+
+# %%
+my_bytes = ...      # bytes stage 0 sends per step
+
+exercises.activation_bytes(my_bytes, batch=256, width=512, micro_batches=8)
+
+# %% [markdown]
+# ## What we measured
+#
+# | | each rank holds | idle (bubble) | sends per step |
+# |---|---|---|---|
+# | data parallelism (lessons 01-05) | the whole model | waits at the all-reduce | every gradient |
+# | naive split, p stages | 1/p of the model | (p-1)/p | activations and their gradients |
+# | GPipe, m micro-batches | 1/p of the model, m micro-batches' activations | (p-1)/(m+p-1) plus messages | the same, in m pieces |
+# | 1F1B | 1/p of the model, at most p - s micro-batches | the same as GPipe | the same |
+# | interleaved 1F1B, v chunks | 1/p of the model | (p-1)/(v m+p-1) plus v times the messages | v times as much |
+#
+# Next lesson: split each *layer* instead (tensor parallelism), and combine the three ways of
+# splitting in one grid of ranks.
