@@ -153,6 +153,9 @@ def test_every_schedule_trains_to_the_parameters_of_one_process(runs, p, name):
     merged = pipeline.merge_params(records)
     assert sorted(merged) == sorted(ref.params)                # every parameter on exactly one rank
     assert sum(len(r.params) for r in records) == len(ref.params)
+    for r in records:                     # and each rank kept only its own part of the model
+        assert r.config.get("parameters_held", sum(q.numel() for q in r.params.values())) == sum(
+            q.numel() for q in r.params.values())
     assert distlab.max_param_difference(merged, ref.params) <= TOLERANCE
     assert records[-1].losses == pytest.approx(ref.losses, abs=1e-5)    # the last stage computes the loss
 

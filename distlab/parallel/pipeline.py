@@ -90,8 +90,15 @@ def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int,
     whole = build_model(model, width, seed=seed, dtype=DTYPES[dtype], depth=depth).to(device)
     sample = data.x_train[:1].to(device)
     parts = stages.split(whole, p * chunks, sample)
+    shapes, layers = stages.boundary_shapes(parts, sample), [[str(n) for n, _ in part.named_children()]
+                                                              for part in parts]
     mine = [parts[c * p + rank] for c in range(chunks)]       # virtual stage c * p + rank
     params = {n: q for part in mine for n, q in stages.owned_names(whole, part).items()}
+    # keep only this rank's parts: the rest of the model is dropped here, as on a real cluster
+    # where it would not fit (every rank built it whole only to draw the same initial weights)
+    parts = [part if v % p == rank else None for v, part in enumerate(parts)]
+    del whole
+    held = sum(q.numel() for part in parts if part is not None for q in part.parameters())
     optimizer = torch.optim.SGD(params.values(), lr=lr)
     d, replicas = replica
     batch = global_batch_size // replicas                     # what this pipeline trains on per step
@@ -99,9 +106,9 @@ def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int,
                         config=dict(model=model, width=width, depth=depth, batch_size=batch // p,
                                     global_batch_size=global_batch_size, micro_batches=m, schedule=schedule,
                                     chunks=chunks, steps=steps, lr=lr, seed=seed, dtype=dtype, stage=rank,
-                                    layers=[[str(n) for n, _ in part.named_children()] for part in parts]),
+                                    layers=layers, parameters_held=held),
                         shard=shard_indices(data.n_train, 0, 1, seed=seed))
-    stage = Stage(parts, stages.boundary_shapes(parts, sample), rank, peers, batch // m, device, group)
+    stage = Stage(parts, shapes, rank, peers, batch // m, device, group)
     ops = schedules.schedule(schedule, p, m, chunks)[rank]
     x_all, y_all = data.x_train.to(device), data.y_train.to(device)
     t_first = time.time()
@@ -131,14 +138,18 @@ train.validate_args = validate_args
 
 
 class Stage:
-    """What one rank runs: its chunks of the model, the passes of a schedule, and their record."""
+    """What one rank runs: its chunks of the model, the passes of a schedule, and their record.
+
+    ``parts[v]`` is virtual stage ``v`` of the model where this rank holds it (``v % p == rank``),
+    None elsewhere; ``shapes[v]`` the shape of one sample's activation leaving it.
+    """
 
     def __init__(self, parts, shapes, rank: int, peers: list[int], micro_size: int, device, group=None):
         self.parts, self.shapes, self.rank, self.p = parts, shapes, rank, len(peers)
         self.peers, self.group = peers, group     # the global rank of each stage; their group
         self.micro_size, self.device = micro_size, device
         self.sent_bytes = 0                       # activations and gradients sent, all steps
-        self.dtype = next(parts[0].parameters()).dtype
+        self.dtype = next(parts[rank].parameters()).dtype
         self.last = len(parts) - 1            # the virtual stage that computes the loss
         self.saved: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.sending: list = []               # isend requests, completed at the end of the step
@@ -211,7 +222,8 @@ class Stage:
     @torch.no_grad()
     def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """Test accuracy: the test set forward through every stage once, shared with all ranks."""
-        for part in self.parts:
+        mine = [part for part in self.parts if part is not None]
+        for part in mine:
             part.eval()
         for v in range(self.rank, len(self.parts), self.p):
             shape = (len(x), *self.shapes[v - 1]) if v else None
@@ -225,7 +237,7 @@ class Stage:
         if self.last % self.p == self.rank:
             accuracy[0] = (out.argmax(1) == y).double().mean()
         dist.broadcast(accuracy, self.peers[self.last % self.p], group=self.group)
-        for part in self.parts:
+        for part in mine:
             part.train()
         return accuracy.item()
 
