@@ -158,6 +158,11 @@ def test_large_messages_and_adds_fit_lines_of_their_own():
     step = M.schedule("ring", 2, 10_000_000)[0]
     assert M.step_time(step, link, 2) == pytest.approx(
         2 * alpha + 2 * link.copy_seconds(20_000_000) + link.add_seconds(20_000_000))
+    # a large line that starts high (a fitting artefact) never prices a small message
+    steep = M.Link(alpha, beta, gamma, 1, large=(400e-6, 1 / 2.5e9), large_add=(300e-6, 1 / 8e9))
+    assert steep.message_seconds(8) == pytest.approx(alpha + 8 * beta)
+    assert steep.add_seconds(800_000) == pytest.approx(800_000 * gamma)
+    assert steep.message_seconds(M.LARGE) == pytest.approx(400e-6 + M.LARGE / 2.5e9)
     # with one large measurement only there is nothing to fit a second line to
     one = M.fit_link({"bytes": sizes[:4], "seconds": seconds[:4]})
     assert one.large is None and one.large_add is None

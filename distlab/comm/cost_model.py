@@ -74,16 +74,23 @@ class Link:
     large_add: tuple[float, float] | None = None   # adding: seconds = a + b * bytes
 
     def copy_seconds(self, nbytes: float) -> float:
-        """Seconds one message of ``nbytes`` takes beyond ``alpha``: ``nbytes * beta``, or
-        the large-message line where that is slower (the two lines cross at the knee)."""
+        """Seconds one message of ``nbytes`` takes beyond ``alpha``: ``nbytes * beta``, or, from
+        ``LARGE`` bytes on, the large-message line where that is slower.
+
+        The large line is used only where it was fitted: extended down to small messages, its
+        intercept (a least-squares artefact, 370 us in one of our fits) would swamp alpha."""
         small = nbytes * self.beta
-        return small if self.large is None else max(small, self.large[0] - self.alpha + nbytes * self.large[1])
+        if self.large is None or nbytes < LARGE:
+            return small
+        return max(small, self.large[0] - self.alpha + nbytes * self.large[1])
 
     def add_seconds(self, nbytes: float) -> float:
-        """Seconds to add ``nbytes`` received bytes into one's own: ``nbytes * gamma``, or
-        the large-data line where that is slower."""
+        """Seconds to add ``nbytes`` received bytes into one's own: ``nbytes * gamma``, or,
+        from ``LARGE`` bytes on, the large-data line where that is slower."""
         small = nbytes * self.gamma
-        return small if self.large_add is None else max(small, self.large_add[0] + nbytes * self.large_add[1])
+        if self.large_add is None or nbytes < LARGE:
+            return small
+        return max(small, self.large_add[0] + nbytes * self.large_add[1])
 
     def message_seconds(self, nbytes: float) -> float:
         """Lesson 03: the model's time for one message of ``nbytes`` bytes."""
