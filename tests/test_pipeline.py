@@ -220,3 +220,12 @@ def test_the_pipeline_pictures_are_drawn_from_the_runs(runs):
     assert explorer.describe("gpipe", 4).startswith("gpipe, m = 4: predicted bubble 20%, measured ")
     assert explorer.describe("1f1b", 1) == "1f1b, m = 1: predicted bubble 50% (not run)"
     assert explorer.png().startswith(b"\x89PNG")
+
+
+def test_the_compute_ceiling_runs_ranks_that_never_talk():
+    """distlab.measure.ceiling: 1 rank, then 2 at once, multiplying matrices; a ratio comes back.
+    (How large it is depends on the machine: a speed, never asserted.)"""
+    from distlab.measure import ceiling
+
+    ratio = ceiling.ceiling(2, rows=8, width=64, repeats=20)
+    assert 0 < ratio < 10

@@ -3,4 +3,5 @@
 - ``scaling``      measuring samples per second on 1, 2, ... real ranks, and where a step's time goes
 - ``speedup``      reading the measurements: speedups, Amdahl's law, the alpha-beta prediction
 - ``large_batch``  what a larger global batch does to accuracy, and the learning-rate rules
+- ``ceiling``      how much faster N ranks compute at all here, with no communication (lesson 06)
 """
