@@ -5,11 +5,10 @@ and an add (to fit the alpha-beta model), then naive, parameter server, ring, tr
 ``dist.all_reduce`` on 1e3 .. 1e7 float32 numbers, taking turns (the order rotates every
 repetition) after a barrier, the slowest rank's time per repetition, the best repetition
 per algorithm (on a shared machine, the one least disturbed by others), ``REPEATS`` of them.
-The ranks stay up between launches (``warm=True``).
 
-Each world size is measured in ``ROUNDS`` launches (alternating 2 and 4 ranks).  Prints a
-table per launch, then one GOAL line per goal, from the median over the launches
-(``scripts/goals.py``, which also prints their spread):
+Each world size is measured in ``ROUNDS`` launches in a row (``warm=True``: the ranks stay up
+between them).  Prints a table per launch, then one GOAL line per goal, from the median over
+the launches (``scripts/goals.py``, which also prints their spread):
 
 - ``ring_vs_gloo_<N>r_<size>``: ring time / gloo time, goal <= 1.2, at 1e6 and 1e7 floats: in
   each launch the median over repetitions of the ring's time over gloo's in the same repetition
@@ -33,7 +32,7 @@ from scripts.goals import goal
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 GOAL_SIZES = (1_000_000, 10_000_000)
 RING_LIMIT, MODEL_BAND = 1.2, (0.75, 1.25)
-ROUNDS = 3          # launches per world size, alternating 2 and 4 ranks; GOALs on the median
+ROUNDS = 5          # launches per world size, on the same warm ranks; GOALs on the median
 REPEATS = 15        # timed repetitions of every algorithm at every size, in each launch
 
 
@@ -72,8 +71,8 @@ def main() -> int:
     sizes = SIZES[:-1] if args.quick else SIZES
     t0 = time.time()
     results = {2: [], 4: []}
-    for _ in range(ROUNDS):
-        for world in results:
+    for world in results:            # all launches of one world size in a row: its ranks stay warm
+        for _ in range(ROUNDS):
             results[world].append(run(world, sizes))
     distlab.shutdown()
     print(f"\ntotal {time.time() - t0:.0f} s")
