@@ -103,8 +103,11 @@ print("you predicted", "nothing yet" if predicted_wait_of_rank_0 is ... else
 print(f"samples per second: {distlab.throughput(plain):.0f} without, {distlab.throughput(slow):.0f} with")
 
 # %%
-assert after[0] - before[0] > DELAY / 2    # rank 0 now waits about DELAY at every step
-assert after[1] < DELAY / 2                # the straggler itself is always last: no wait
+# medians of the steps after the first: one step disturbed by another program does not decide
+typical_plain = np.median(timeline.waits(plain)[:, 1:], axis=1)
+typical_slow = np.median(timeline.waits(slow)[:, 1:], axis=1)
+assert typical_slow[0] - typical_plain[0] > DELAY / 2    # rank 0 now waits about DELAY in a typical step
+assert typical_slow[1] < DELAY / 2                      # the straggler itself is last: it does not wait
 assert distlab.throughput(slow) < distlab.throughput(plain)
 print("the fast rank waits for the slow one at every all-reduce, and the job slows down")
 
