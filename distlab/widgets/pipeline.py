@@ -113,7 +113,8 @@ def pipeline_explorer(runs: dict, step: int = -1) -> LiveFigure:
     names = sorted({s for s, _ in runs})
     ms = sorted({m for _, m in runs})
     schedule = W.Dropdown(options=names, value=names[0], description="schedule")
-    micro = W.SelectionSlider(options=ms, value=ms[len(ms) // 2], description="micro-batches")
+    micro = W.SelectionSlider(options=ms, value=ms[len(ms) // 2], description="micro-batches",
+                              style={"description_width": "initial"})
 
     def measured(name, m):
         records = runs.get((name, m))
