@@ -184,3 +184,12 @@ def bubble(timeline: list[list[dict]]) -> float:
     end = max(t["end"] for row in timeline for t in row)
     busy = sum(t["end"] - t["start"] for row in timeline for t in row)
     return 1 - busy / (len(timeline) * (end - start))
+
+
+def timeline(records, step: int) -> list[list[dict]]:
+    """Lesson 06: the passes each stage really ran at ``step``, as ``simulate`` gives
+    them (``{"op", "start", "end"}`` per pass, stage by stage), so that the measured bubble
+    (``bubble``) and picture use the same code as the predicted ones."""
+    order = sorted(records, key=lambda r: r.config.get("stage", r.rank))
+    return [[{"op": Op(e["kind"], e["micro"], e["chunk"]), "start": e["start"], "end": e["end"]}
+             for e in r.events if e["step"] == step and e["kind"] in ("F", "B")] for r in order]

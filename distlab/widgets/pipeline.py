@@ -2,7 +2,7 @@
 
 Introduced in lesson 06 ("Splitting the model").  A timeline is a list per stage of passes
 ``{"op", "start", "end"}``: ``schedules.simulate`` predicts one from the schedule alone,
-``pipeline.timeline`` reads one from the events the real ranks recorded.  Both are drawn the
+``schedules.timeline`` reads one from the events the real ranks recorded.  Both are drawn the
 same way, one row per stage, a bar per pass (forward light, backward dark, the micro-batch's
 number on it), the idle time shaded: the bubble.  ``pipeline_explorer`` puts a measured run
 above the prediction for the same schedule, with a slider for the number of micro-batches.
@@ -17,7 +17,7 @@ import ipywidgets as W
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..parallel import pipeline, schedules
+from ..parallel import schedules
 from .display import BLUE, GREY, NARROW, SKY_BLUE, VERMILLION, WIDTH, LiveFigure
 
 PASS_COLOURS = {"F": SKY_BLUE, "B": BLUE}
@@ -78,7 +78,7 @@ def bubble_rows(runs: dict, skip: int = 2) -> list[dict]:
     for (schedule, m), records in sorted(runs.items()):
         steps = range(min(skip, len(records[0].steps) - 1), len(records[0].steps))
         held = [max(e["held"] for e in r.events) for r in records]
-        measured = statistics.median(schedules.bubble(pipeline.timeline(records, s)) for s in steps)
+        measured = statistics.median(schedules.bubble(schedules.timeline(records, s)) for s in steps)
         out.append(dict(schedule=schedule, m=m, measured=measured,
                         predicted=schedules.bubble_fraction(len(records), m), held=held))
     return out
@@ -118,7 +118,7 @@ def pipeline_explorer(runs: dict, step: int = -1) -> LiveFigure:
 
     def measured(name, m):
         records = runs.get((name, m))
-        return pipeline.timeline(records, step % len(records[0].steps)) if records else None
+        return schedules.timeline(records, step % len(records[0].steps)) if records else None
 
     def draw(name, m):
         return timeline_figure(measured(name, m), name, m)
