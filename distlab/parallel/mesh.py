@@ -148,15 +148,8 @@ class _SplitAndAverage(tensor_parallel.SplitBlock):
     """Lesson 07: the tensor-parallel block inside a replica, plus the replicas' average."""
 
     def __init__(self, worker, members, group, average):
-        super().__init__(worker, use_torch=False)
-        self.members, self.group, self.average = members, group, average
-
-    def prepare(self, run) -> None:
-        position = self.members.index(self.worker.rank)
-        run.model = tensor_parallel.parallel_mlp(run.model, position, len(self.members), self.group,
-                                                 self.traffic)
-        run.net = run.model
-        run.optimizer = torch.optim.SGD(run.model.parameters(), lr=run.optimizer.param_groups[0]["lr"])
+        super().__init__(worker, use_torch=False, members=members, group=group)
+        self.average = average
 
     def communicate(self, run, step: int):
         super().communicate(run, step)

@@ -162,10 +162,13 @@ class SplitBlock(Strategy):
     Nothing else changes: every rank runs the loop on the *whole* batch (tensor parallelism
     does not split the data), and the all-reduces happen inside forward and backward.
     ``use_torch=True`` splits it with PyTorch's ``parallelize_module`` instead of by hand.
+    ``members`` and ``group``: the ranks that share the block and their process group
+    (default: every rank; lesson 07's mesh gives each replica its own).
     """
 
-    def __init__(self, worker, use_torch: bool):
+    def __init__(self, worker, use_torch: bool, members: list[int] | None = None, group=None):
         self.worker, self.use_torch, self.traffic = worker, use_torch, Traffic()
+        self.members, self.group = members or list(range(worker.world_size)), group
         self.per_step: list[dict[str, int]] = []     # bytes all-reduced in each step's passes
 
     def communicate(self, run, step: int):
@@ -175,7 +178,7 @@ class SplitBlock(Strategy):
         return None
 
     def prepare(self, run) -> None:
-        rank, size = self.worker.rank, self.worker.world_size
+        position, size = self.members.index(self.worker.rank), len(self.members)
         if self.use_torch:
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -183,7 +186,7 @@ class SplitBlock(Strategy):
             mesh = init_device_mesh(run.x.device.type, (size,))
             run.model = parallelize_module(run.model, mesh, {"fc2": ColwiseParallel(), "fc3": RowwiseParallel()})
         else:
-            run.model = parallel_mlp(run.model, rank, size, None, self.traffic)
+            run.model = parallel_mlp(run.model, position, size, self.group, self.traffic)
         run.net = run.model
         run.optimizer = torch.optim.SGD(run.model.parameters(), lr=run.optimizer.param_groups[0]["lr"])
 
