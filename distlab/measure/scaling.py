@@ -80,13 +80,17 @@ def measure(worker, *, configs: list[dict], steps: int = 12, skip: int = 2, repe
 measure.validate_args = check_configs   # the launcher checks the job before starting processes
 
 
-def _gather_timeline(worker, record) -> torch.Tensor:
-    """Every rank's step times, (world_size, steps, 5), so any rank can see who waited for whom."""
-    mine = torch.tensor([[s.t_start, s.t_compute_end,
+def _timeline(record) -> torch.Tensor:
+    """One rank's step times, (steps, 5): start, end of backward, all-reduce start and end, end."""
+    return torch.tensor([[s.t_start, s.t_compute_end,
                           s.t_comm_start if s.t_comm_start is not None else float("nan"),
                           s.t_comm_end if s.t_comm_end is not None else float("nan"),
                           s.t_end] for s in record.steps], dtype=torch.float64)
-    return torch.stack(worker.all_gather(mine))
+
+
+def _gather_timeline(worker, record) -> torch.Tensor:
+    """Every rank's step times, (world_size, steps, 5), so any rank can see who waited for whom."""
+    return torch.stack(worker.all_gather(_timeline(record)))
 
 
 def split_step_times(timeline: torch.Tensor, batch_size: int, skip: int) -> dict:
@@ -112,6 +116,56 @@ def split_step_times(timeline: torch.Tensor, batch_size: int, skip: int) -> dict
         other = step_s - compute - wait - comm
     return dict(samples_per_s=world * batch_size / step_s, step_s=step_s,
                 compute_s=compute, comm_s=comm, wait_s=wait, other_s=other)
+
+
+def side_by_side(worker, *, config: dict, steps: int = 16, skip: int = 2, blocks: int = 3,
+                 method: str = "ddp") -> list[dict]:
+    """Lesson 05's question asked seconds apart: one process alone, then all ranks together.
+
+    ``measure`` times one world size per launch, so 1 rank and 2 ranks are timed tens of
+    seconds apart, and on a shared machine its speed moves by more than the answer's margin
+    in that time.  Here, inside one launch of N ranks, each block trains ``config`` (a
+    ``global_batch_size`` shared by the ranks) three ways, in an order that rotates:
+
+    * ``alone``: rank 0 trains the whole global batch with one thread (``train_single``, the
+      same loop with nothing to communicate) while the other ranks wait at a barrier, which
+      blocks without using a core;
+    * ``all_cores_alone``: the same with as many threads as the ranks have cores, rank 0
+      unbound for the block (the honest single-machine alternative);
+    * ``together``: all ranks train with ``method`` (``data_parallel.train``).
+
+    Returns, on every rank, one dict per block: samples per second of each way.
+    """
+    from ..parallel.data_parallel import train_single
+    from ..processes.cores import set_cores
+
+    n = worker.world_size
+    bound, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    out = []
+    for block in range(blocks):
+        order = ("alone", "all_cores_alone", "together")
+        order = order[block % 3:] + order[:block % 3]
+        row = {}
+        for way in order:
+            if way == "together":
+                record = train(worker, method=method, steps=steps, **TRAINING, **config)
+                t = _gather_timeline(worker, record)
+                row[way] = split_step_times(t, record.config["batch_size"], skip)["samples_per_s"]
+                continue
+            seconds = torch.zeros(1, dtype=torch.float64)
+            if worker.rank == 0:
+                if way == "all_cores_alone":
+                    set_cores(range(os.cpu_count() or 1))
+                    torch.set_num_threads(threads * n)
+                record = train_single(world_size=n, steps=steps, **TRAINING, **config)
+                set_cores(bound)
+                torch.set_num_threads(threads)
+                step_s = split_step_times(_timeline(record)[None], record.config["batch_size"], skip)["step_s"]
+                seconds += step_s
+            worker.barrier()                                  # the others wait here, idle
+            row[way] = config["global_batch_size"] / worker.broadcast(seconds, src=0).item()
+        out.append(row)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
