@@ -47,6 +47,8 @@ class RankRecord:
     events: list[dict] = field(default_factory=list)
     # tensor parallelism (lesson 07): bytes this rank passed to all-reduce per step, by direction
     traffic: dict[str, int] = field(default_factory=dict)
+    # memory (lesson 08): bytes this rank held after its last update, by category
+    memory: dict[str, int] = field(default_factory=dict)
 
     @property
     def losses(self) -> list[float]:

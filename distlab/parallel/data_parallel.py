@@ -27,7 +27,7 @@ from ..processes.checks import check_int
 from ..processes.worker import Worker
 from ..records import RankRecord
 from .gradient_sync import METHODS, make_sync
-from .loop import Strategy, check_settings, start, train_steps
+from .loop import OPTIMIZERS, Strategy, check_settings, start, train_steps
 
 
 def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: int | None) -> int:
@@ -51,7 +51,8 @@ def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: i
 
 def validate_args(world_size: int, *, method: str, collective: str, model: str, width: int, batch_size,
                   global_batch_size,
-                  steps: int, lr: float, dtype: str, straggler, warmup_steps: int, depth: int = 2) -> int:
+                  steps: int, lr: float, dtype: str, straggler, warmup_steps: int, depth: int = 2,
+                  optimizer: str = "sgd") -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
@@ -60,6 +61,8 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
     if collective != "dist" and method != "by_hand":
         raise ValueError("collective= chooses how method='by_hand' averages; DDP and Horovod use their own")
     check_int("warmup_steps", warmup_steps, minimum=0)
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
     check_settings(world_size, model=model, width=width, steps=steps, lr=lr, dtype=dtype, straggler=straggler)
     build_model(model, 1, depth=depth)                  # a tiny one, for build_model's check of depth
     return per_rank_batch(world_size, batch_size, global_batch_size)
@@ -83,7 +86,7 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
           lr: float = 0.1, seed: int = 0, record_grads_at: Sequence[int] = (0,),
           record_layers: Sequence[str] | None = None, dtype: str = "float32",
           straggler: tuple[int, float] | None = None, warmup_steps: int = 0,
-          collective: str = "dist", depth: int = 2) -> RankRecord:
+          collective: str = "dist", depth: int = 2, optimizer: str = "sgd") -> RankRecord:
     """Lesson 01: train on this rank's shard, averaging gradients with the other ranks.
 
     Returns this rank's ``RankRecord``: loss and accuracy per step, the shard, timings, the
@@ -96,14 +99,16 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
     ``collective`` (lesson 03): ``"dist"`` averages with the backend's all-reduce; ``"naive"``,
     ``"parameter_server"``, ``"ring"`` or ``"tree"`` with the hand-written ``comm.collectives``.
     ``depth``: the MLP's hidden layers (lesson 07 compares data parallelism with tensor
-    parallelism on the depth-3 MLP).
+    parallelism on the depth-3 MLP).  ``optimizer`` (lesson 08): ``"sgd"``, ``"momentum"`` or
+    ``"adam"``.
     """
     world, rank = worker.world_size, worker.rank
     b = per_rank_batch(world, batch_size, global_batch_size)
     run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=method,
                 config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr, seed=seed,
                             dtype=dtype, straggler=straggler, warmup_steps=warmup_steps,
-                            collective=collective, depth=depth), depth=depth)
+                            collective=collective, depth=depth, optimizer=optimizer), depth=depth,
+                optimizer=optimizer)
     n = run.data.n_train
     return train_steps(run, make_sync(method, worker, collective), steps,
                        lambda step: rank_batch(n, rank, world, b, step, seed=seed),
@@ -118,7 +123,7 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
                  batch_size: int | None = None, global_batch_size: int | None = None,
                  steps: int = 50, lr: float = 0.1, seed: int = 0, record_grads_at=(0,),
                  record_layers=None, dtype: str = "float32", device: str = "cpu",
-                 warmup_steps: int = 0, depth: int = 2) -> RankRecord:
+                 warmup_steps: int = 0, depth: int = 2, optimizer: str = "sgd") -> RankRecord:
     """Lesson 01: the reference, one process at the global batch that ``world_size`` ranks share.
 
     Runs in the calling process, as a ``Worker`` of its own with no job, through the same
@@ -131,12 +136,13 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
     b = validate_args(world_size, method="by_hand", collective="dist", model=model, width=width,
                       batch_size=batch_size,
                       global_batch_size=global_batch_size, steps=steps, lr=lr, dtype=dtype,
-                      straggler=None, warmup_steps=warmup_steps, depth=depth)
+                      straggler=None, warmup_steps=warmup_steps, depth=depth, optimizer=optimizer)
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device(device))
     run = start(alone, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method="single",
                 config=dict(model=model, width=width, batch_size=b * world_size, steps=steps, lr=lr,
                             seed=seed, dtype=dtype, mimics_world_size=world_size,
-                            warmup_steps=warmup_steps, depth=depth), shard=(0, 1), depth=depth)
+                            warmup_steps=warmup_steps, depth=depth, optimizer=optimizer), shard=(0, 1),
+                depth=depth, optimizer=optimizer)
     n = run.data.n_train
     return train_steps(run, Strategy(), steps, lambda step: global_batch(n, world_size, b, step, seed=seed),
                        lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world_size),

@@ -83,12 +83,28 @@ class Run:
     accuracy: float = float("nan")   # the loop after backward (asynchronous SGD sends them on)
 
 
+OPTIMIZERS = {   # lesson 08: what an optimizer keeps per parameter is what ZeRO shards
+    "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr),                   # nothing
+    "momentum": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),  # a velocity
+    "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),                 # two moments
+}
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """Lesson 08: the optimizer called ``name`` (one of ``OPTIMIZERS``) over ``params``."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {name!r}")
+    return OPTIMIZERS[name](params, lr)
+
+
 def start(worker, *, model: str, width: int, lr: float, seed: int, dtype: str, method: str,
-          config: dict, shard: tuple[int, int] | None = None, depth: int = 2) -> Run:
+          config: dict, shard: tuple[int, int] | None = None, depth: int = 2,
+          optimizer: str = "sgd") -> Run:
     """Lesson 01: load the data, build the model from ``seed``, make the optimizer and the record.
 
     ``shard=(position, of)`` says whose share of the data this rank trains on (default: its
-    own rank among all ranks); the record keeps those sample indices.
+    own rank among all ranks); the record keeps those sample indices.  ``optimizer``
+    (lesson 08): plain ``"sgd"`` unless told otherwise.
     """
     data = load_digits(dtype=DTYPES[dtype])
     net = build_model(model, width, seed=seed, dtype=DTYPES[dtype], depth=depth).to(worker.device)
@@ -96,7 +112,7 @@ def start(worker, *, model: str, width: int, lr: float, seed: int, dtype: str, m
     record = RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device),
                         config=config, shard=shard_indices(data.n_train, position, of, seed=seed))
     return Run(worker, data, data.x_train.to(worker.device), data.y_train.to(worker.device), net, net,
-               torch.optim.SGD(net.parameters(), lr=lr), record)
+               make_optimizer(optimizer, net.parameters(), lr), record)
 
 
 class Strategy:
