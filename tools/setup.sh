@@ -37,6 +37,12 @@ if [ "$WHAT" = test ]; then
 else
   tools/install_horovod.sh "$PY" || echo "setup: Horovod is not available; every other lesson works without it."
 fi
+# DeepSpeed (lesson 08): required here too, optional for a learner (the lesson says what is missing).
+if [ "$WHAT" = test ]; then
+  quiet tools/install_deepspeed.sh "$PY"
+else
+  tools/install_deepspeed.sh "$PY" >>"$LOG" 2>&1 || echo "setup: DeepSpeed is not available; lesson 08 says so and runs the rest."
+fi
 if [ "$WHAT" = test ]; then
   if [ ! -x /usr/bin/chromium ]; then
     echo "setup: installing Debian's chromium for the browser tests"

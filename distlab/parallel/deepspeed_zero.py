@@ -1,0 +1,195 @@
+"""ZeRO stages 1 to 3 with DeepSpeed itself, configured from the same settings as ours.
+
+Introduced in lesson 08 (``notebooks/08_zero_sharding_what_every_worker_copied.ipynb``).
+
+DeepSpeed is where ZeRO comes from.  A DeepSpeed job is a model, an optimizer and a *config*:
+a JSON document that says the batch sizes, the precision and the ZeRO stage (and can name
+an optimizer: ours is handed over directly, see ``config``).
+``config`` writes it from the settings the hand-written ZeRO (``zero.py``) and FSDP2
+(``fsdp.py``) take, so the three can be compared on the same job; ``validate`` parses it with
+DeepSpeed's own ``DeepSpeedConfig`` (what ``deepspeed.initialize`` does), so a bad setting
+fails with DeepSpeed's message before any process starts.
+
+``train`` runs it: ``deepspeed.initialize`` wraps the model in an *engine* whose
+``backward`` and ``step`` do the reduce-scatters and all-gathers of the chosen stage.
+On a machine without a GPU, DeepSpeed's CPU accelerator (``DS_ACCELERATOR=cpu``) runs it in
+CPU processes over gloo.  DeepSpeed is an optional extra (``pip install deepspeed``); what
+is not installed is said plainly (``available``).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ..comm.collectives import check_torchrun
+from ..data import rank_batch
+from ..measure.memory_held import held_bytes
+from ..records import StepRecord
+from .data_parallel import per_rank_batch
+from .loop import OPTIMIZERS, evaluate, start
+from .zero import check_train as check_zero
+
+PRECISION_KEYS = {"fp32": {}, "mixed": {"bf16": {"enabled": True}}}
+# DeepSpeed's default buckets (5e8 numbers) are sized for GPUs: 2 GB of fp32 per rank, more than
+# Binder's whole memory.  Ours are 1M numbers (4 MB).  And stage 3 keeps parameters under
+# 100,000 numbers whole on every rank by default (gathering them costs more than it saves);
+# every layer of the course's models is that small, so the threshold is 0: shard them all.
+BUCKET = 1 << 20
+ZERO_KEYS = {0: {}, 1: {"reduce_bucket_size": BUCKET, "allgather_bucket_size": BUCKET},
+             2: {"reduce_bucket_size": BUCKET, "allgather_bucket_size": BUCKET},
+             3: {"reduce_bucket_size": BUCKET, "stage3_prefetch_bucket_size": BUCKET,
+                 "stage3_param_persistence_threshold": 0}}
+
+
+def config(world_size: int, *, stage: int, optimizer: str = "adam",
+           batch_size: int | None = None, global_batch_size: int | None = None,
+           precision: str = "fp32") -> dict:
+    """Lesson 08: the DeepSpeed config (a plain dict, JSON-ready) for these settings.
+
+    The optimizer is not in it: ``train`` hands ``deepspeed.initialize`` the same
+    ``torch.optim`` optimizer the other runs use (a *client* optimizer, which DeepSpeed
+    shards like its own).  With SGD and momentum DeepSpeed's parameters then equal ours bit
+    for bit at every stage.  With Adam they do for the course's small MLP, but at width 256
+    they drifted by 1e-2 (one Adam step) at the fourth step, with DeepSpeed's own ``"Adam"``
+    and with ours alike: Adam turns any difference in a gradient near zero into a whole
+    step, and we have not found where DeepSpeed's differs (the tests compare with momentum).
+    """
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0 (plain data parallel) to 3, got {stage!r}")
+    if precision not in PRECISION_KEYS:
+        raise ValueError(f"precision must be one of {sorted(PRECISION_KEYS)}, got {precision!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    b = per_rank_batch(world_size, batch_size, global_batch_size)
+    return {"train_micro_batch_size_per_gpu": b, "gradient_accumulation_steps": 1,
+            "train_batch_size": b * world_size, "zero_optimization": {"stage": stage, **ZERO_KEYS[stage]},
+            "steps_per_print": 10**9, "wall_clock_breakdown": False, **PRECISION_KEYS[precision],
+            # ZeRO refuses optimizers it has not been tested with (SGD) unless told: ours is elementwise
+            "zero_allow_untested_optimizer": True}
+
+
+def available() -> str | None:
+    """None if DeepSpeed imports here; otherwise the reason, in one line."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu" if not torch.cuda.is_available() else "cuda")
+    try:
+        import deepspeed  # noqa: F401
+    except Exception as err:                      # ImportError, or its own set-up failing
+        return f"DeepSpeed does not import: {type(err).__name__}: {err}".splitlines()[0]
+    return None
+
+
+def validate(cfg: dict, world_size: int | None = None):
+    """Lesson 08: parse ``cfg`` with DeepSpeed's own parser; returns its ``DeepSpeedConfig``.
+
+    Inside a job DeepSpeed checks the batch sizes against the job's world size.  Outside one
+    it assumes a single rank, so here the batch arithmetic for ``world_size`` ranks is checked
+    first, then DeepSpeed parses the config as one rank of it would see it.
+    """
+    reason = available()
+    if reason:
+        raise RuntimeError(reason)
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    if world_size is None or dist.is_initialized():
+        return DeepSpeedConfig(cfg)
+    micro, accumulate = cfg.get("train_micro_batch_size_per_gpu"), cfg.get("gradient_accumulation_steps", 1)
+    total = cfg.get("train_batch_size")
+    if None not in (micro, total) and total != micro * accumulate * world_size:
+        raise ValueError(f"train_batch_size {total} is not train_micro_batch_size_per_gpu {micro} x "
+                         f"gradient_accumulation_steps {accumulate} x {world_size} ranks")
+    one_rank = dict(cfg, train_batch_size=micro * accumulate) if None not in (micro, total) else cfg
+    return DeepSpeedConfig(one_rank)
+
+
+def status() -> str:
+    """Lesson 08: whether DeepSpeed runs on this machine, in one line."""
+    reason = available()
+    if reason:
+        return reason + " (pip install deepspeed; the config above is still what it would read)"
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    return (f"DeepSpeed {deepspeed.__version__} imports here; accelerator {get_accelerator().device_name()}, "
+            f"communication over {'nccl' if torch.cuda.is_available() else 'gloo'}")
+
+
+def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp", width: int = 64,
+          depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
+          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32"):
+    """Lesson 08: train with DeepSpeed's ZeRO ``stage`` (0 to 3); return this rank's record.
+
+    DeepSpeed's engine must run the backward pass itself (``engine.backward(loss)``: it hooks
+    the reduce-scatters into it), so this is lesson 01's loop written out for the engine
+    instead of ``loop.train_steps`` with a strategy.  The record's ``memory`` is what this
+    rank held after the last step (``held``); its ``params`` the full parameters.
+    """
+    check_torchrun(worker)
+    reason = available()                 # (also chooses DeepSpeed's CPU accelerator without a GPU)
+    if reason:
+        raise RuntimeError(reason)
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend=dist.get_backend())   # DeepSpeed joins our process group
+    b = per_rank_batch(worker.world_size, batch_size, global_batch_size)
+    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=f"deepspeed{stage}",
+                config=dict(model=model, width=width, depth=depth, batch_size=b, steps=steps, lr=lr,
+                            seed=seed, dtype=dtype, optimizer=optimizer, stage=stage),
+                depth=depth, optimizer=optimizer)
+    cfg = config(worker.world_size, stage=stage, optimizer=optimizer, batch_size=b)
+    engine, ds_optimizer, _, _ = deepspeed.initialize(model=run.model, optimizer=run.optimizer,
+                                                      model_parameters=run.model.parameters(), config=cfg)
+    n, record = run.data.n_train, run.record
+    t_first = time.time()
+    for step in range(steps):
+        idx = rank_batch(n, worker.rank, worker.world_size, b, step, seed=seed)
+        x, y = run.x[idx], run.y[idx]
+        t_start = time.time()
+        out = engine(x)
+        loss = F.cross_entropy(out, y)
+        engine.backward(loss)                       # backward, and the stage's gradient reduction
+        t_compute_end = time.time()
+        engine.step()                               # the sharded update, and the parameters' gather
+        record.steps.append(StepRecord(step, loss.item(), (out.argmax(1) == y).double().mean().item(),
+                                       t_start, t_compute_end, None, None, time.time()))
+        worker.progress(step + 1, steps, loss=loss.item())
+    record.wall_time = time.time() - t_first
+    record.memory = held(run.model, ds_optimizer)
+    record.params = full_params(run.model, stage)
+    record.test_accuracy = evaluate(engine, run.data.x_test.to(worker.device), run.data.y_test.to(worker.device))
+    return record
+
+
+def held(model, ds_optimizer) -> dict[str, int]:
+    """Lesson 08: bytes held, by category: the model's parameters (stage 3: their shards,
+    ``ds_tensor``), and as optimizer state the inner optimizer's moments *and* the fp32 copy
+    of this rank's shard that DeepSpeed's ZeRO updates (it keeps one even when training in fp32)."""
+    inner = getattr(ds_optimizer, "optimizer", ds_optimizer)
+    shards = [p.ds_tensor for p in model.parameters() if hasattr(p, "ds_tensor")]
+    return held_bytes(model, inner, extra={"params": shards})
+
+
+def full_params(model, stage: int) -> dict:
+    """The whole parameters on every rank (stage 3 gathers its shards for the moment)."""
+    if stage < 3:
+        return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
+    import deepspeed
+
+    params = list(model.parameters())
+    with deepspeed.zero.GatheredParameters(params):
+        return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
+
+
+def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", **settings) -> None:
+    reason = available()
+    if reason:
+        raise RuntimeError(reason)
+    config(world_size, stage=stage, optimizer=optimizer, batch_size=settings.get("batch_size"),
+           global_batch_size=settings.get("global_batch_size"))
+    check_zero(world_size, stage=1, optimizer=optimizer, **settings)
+
+
+train.validate_args = check_train

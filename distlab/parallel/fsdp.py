@@ -1,0 +1,106 @@
+"""ZeRO-3 with PyTorch's FSDP2 (``fully_shard``): the parameters are sharded too.
+
+Introduced in lesson 08 (``notebooks/08_zero_sharding_what_every_worker_copied.ipynb``).
+
+The hand-written ZeRO (``zero.py``) shards the optimizer state and the gradients but keeps
+a full copy of the parameters on every rank, because the forward pass needs them all.
+Stage 3 keeps only a shard of each parameter too, and gathers a layer's full parameters
+just before the layer runs:
+
+* ``fully_shard(layer)`` cuts each of the layer's parameters along its first dimension into
+  N pieces (padded to a multiple of N); each rank keeps one.  The parameters become
+  ``DTensor``s: one tensor to the optimizer, a shard in memory;
+* forward: before each layer, an **all-gather** of its parameters; after it, the gathered
+  copies are freed (``reshard_after_forward=True``);
+* backward: the same all-gather again (the parameters were freed), then a
+  **reduce-scatter** of the layer's gradients, averaged, into this rank's gradient shard;
+* the optimizer updates the shards it holds: nothing else to communicate.
+
+So a rank holds 1/N of everything between steps, plus one layer's full parameters at a
+time while it computes: the ZeRO paper's 3 Psi of traffic (two all-gathers and a
+reduce-scatter) instead of 2 Psi.  PyTorch's FSDP2 does this with real overlap (the next
+layer's all-gather starts while this one computes); it runs over gloo on CPU processes and
+over NCCL on GPUs, through the same code.
+"""
+from __future__ import annotations
+
+from torch.distributed.fsdp import fully_shard
+
+from ..data import rank_batch
+from ..comm.collectives import check_torchrun
+from ..measure.memory_held import held_bytes
+from .data_parallel import per_rank_batch
+from .loop import Run, Strategy, make_optimizer, start, train_steps
+from .zero import STAGES, check_train
+from .zero import train as train_by_hand
+
+
+class FullyShard(Strategy):
+    """Lesson 08: ZeRO-3 through FSDP2: shard every layer with weights, then the whole model."""
+
+    in_backward = True          # the reduce-scatter runs inside backward, layer by layer
+
+    def __init__(self, worker, optimizer: str, lr: float):
+        check_torchrun(worker)
+        self.worker, self.optimizer, self.lr = worker, optimizer, lr
+
+    def prepare(self, run: Run) -> None:
+        for layer in run.model:                      # one all-gather per layer, freed after use
+            if any(True for _ in layer.parameters()):
+                fully_shard(layer)
+        fully_shard(run.model)                       # the root: whatever is left, and the schedule
+        run.optimizer = make_optimizer(self.optimizer, run.model.parameters(), self.lr)
+
+    def update(self, run: Run, step: int) -> None:
+        run.optimizer.step()
+        self.held = held_bytes(run.model, run.optimizer)   # what this rank holds between steps
+
+
+def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp", width: int = 64,
+          depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
+          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32"):
+    """Lesson 08: train with FSDP2 (ZeRO stage 3); return this rank's record.
+
+    The record's ``params`` are the full parameters (gathered from the shards at the end),
+    its ``memory`` the bytes this rank held after the last update, by category.
+    """
+    b = per_rank_batch(worker.world_size, batch_size, global_batch_size)
+    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method="fsdp2",
+                config=dict(model=model, width=width, depth=depth, batch_size=b, steps=steps, lr=lr,
+                            seed=seed, dtype=dtype, optimizer=optimizer, stage=3),
+                depth=depth, optimizer=optimizer)
+    strategy = FullyShard(worker, optimizer, lr)
+    n, rank, world = run.data.n_train, worker.rank, worker.world_size
+    record = train_steps(run, strategy, steps, lambda step: rank_batch(n, rank, world, b, step, seed=seed))
+    record.memory = strategy.held
+    record.params = {name: p.full_tensor().detach().cpu().clone() for name, p in run.model.named_parameters()}
+    return record
+
+
+def check_fsdp(world_size: int, *, stage: int = 3, **config) -> None:
+    if stage != 3:
+        raise ValueError(f"FSDP2 is ZeRO stage 3 (parameters sharded too), got stage={stage!r}")
+    check_train(world_size, stage=1, **config)
+
+
+train.validate_args = check_fsdp
+
+
+def every_stage(worker, **settings) -> dict:
+    """Lesson 08: the same job at stages 0, 1 and 2 by hand, then 3 with FSDP2, in one launch.
+
+    ``settings`` are ``train``'s (optimizer, model, width, batch, steps, ...); returns
+    ``{stage: this rank's record}``.
+    """
+    out = {stage: train_by_hand(worker, stage=stage, **settings) for stage in STAGES}
+    out[3] = train(worker, **settings)
+    return out
+
+
+def check_every_stage(world_size: int, **settings) -> None:
+    if "stage" in settings:
+        raise ValueError("every_stage runs every stage: leave out stage=")
+    check_train(world_size, stage=1, **settings)
+
+
+every_stage.validate_args = check_every_stage

@@ -1,0 +1,148 @@
+"""ZeRO by hand: every rank keeps only its shard of the optimizer state (stage 1) and of the
+gradients (stage 2), instead of a full copy of each.
+
+Introduced in lesson 08 (``notebooks/08_zero_sharding_what_every_worker_copied.ipynb``).
+
+Plain data parallelism all-reduces the gradients, then every rank runs the *same* optimizer
+step on the *same* numbers, keeping the same optimizer state: N identical copies.  ZeRO
+notices that an all-reduce is two halves, a reduce-scatter then an all-gather, and puts
+the optimizer step in between:
+
+1. after backward, a **reduce-scatter**: rank r receives the sum of everyone's gradients for
+   its shard only (1/N of the parameters, one contiguous slice of a flat buffer);
+2. rank r runs the optimizer on its shard alone: only it keeps that shard's optimizer state
+   (Adam's two moments: 8 of every 16 bytes per parameter in fp32);
+3. an **all-gather** of the updated shards gives every rank the whole new parameters.
+
+The traffic is that of one all-reduce (a reduce-scatter plus an all-gather), the memory for
+the optimizer state is 1/N.  The stages differ in what they free:
+
+* **stage 1** (``ShardedOptimizer(stage=1)``): the full gradient buffer stays (the
+  reduce-scatter writes this rank's slice of it; the rest of it is stale);
+* **stage 2** (``stage=2``): the reduce-scatter writes into a buffer of one shard's size, and
+  the full gradients are dropped after it, so between steps a rank holds 1/N of them.  This
+  naive version still holds the full gradients during backward (they are made by it, then
+  reduced); DeepSpeed and FSDP reduce bucket by bucket *during* backward and free each bucket
+  as it goes, so the full gradients never all exist at once;
+* **stage 3** (the parameters too) is PyTorch's FSDP2 (``fsdp.py``) and DeepSpeed's stage 3
+  (``deepspeed_zero.py``): it gathers each layer's parameters just before it is used.
+
+Everything is elementwise in the optimizer (SGD, momentum, Adam), so updating shards
+separately gives exactly the numbers of updating the whole: the tests check that ZeRO's
+parameters equal plain data parallelism's.  Runs on torchrun (``torch.distributed``'s
+reduce-scatter and all-gather, over gloo or NCCL).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from ..comm.collectives import check_torchrun
+from ..measure.memory_held import held_bytes
+from .data_parallel import per_rank_batch, validate_args
+from ..data import rank_batch
+from .loop import Run, Strategy, make_optimizer, start, train_steps
+
+STAGES = (0, 1, 2)
+
+
+class ShardedOptimizer(Strategy):
+    """Lesson 08: ZeRO stage 1 or 2 as a strategy of the training loop (see the module's docstring).
+
+    ``stage=0`` is plain data parallelism written the same way (one flat buffer, one
+    all-reduce, every rank updating everything), so that the stages differ only in what they
+    shard: the naive version before the optimised ones.
+    """
+
+    def __init__(self, worker, stage: int, optimizer: str, lr: float):
+        check_torchrun(worker)
+        if stage not in STAGES:
+            raise ValueError(f"the hand-written ZeRO has stages {STAGES}; stage 3 is FSDP2 or DeepSpeed")
+        self.worker, self.stage, self.optimizer, self.lr = worker, stage, optimizer, lr
+
+    def prepare(self, run: Run) -> None:
+        """Put every parameter and gradient in one flat buffer, and give the optimizer only my slice."""
+        n, r = self.worker.world_size, self.worker.rank
+        params = list(run.model.parameters())
+        total = sum(p.numel() for p in params)
+        self.size = -(-total // n)                       # shard length; the buffer is padded to n * size
+        self.flat = torch.zeros(n * self.size, dtype=params[0].dtype, device=params[0].device)
+        offset = 0
+        with torch.no_grad():
+            for p in params:                           # the parameters become views of the buffer
+                self.flat[offset:offset + p.numel()].copy_(p.flatten())
+                p.data = self.flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+        dist.broadcast(self.flat, src=0)             # start from rank 0's parameters, as DDP does
+        self.mine = slice(r * self.size, (r + 1) * self.size) if self.stage else slice(None)
+        self.shard = self.flat.detach()[self.mine]     # my slice of the parameters (a view: no copy)
+        if self.stage < 2:                             # stages 0 and 1 keep a full gradient buffer
+            self.flat_grad = torch.zeros_like(self.flat)
+            offset = 0
+            for p in params:                           # backward accumulates into its views
+                p.grad = self.flat_grad[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+        run.optimizer = make_optimizer(self.optimizer, [self.shard], self.lr)
+
+    def communicate(self, run: Run, step: int) -> tuple[float, float]:
+        """Reduce-scatter: my shard of everyone's summed gradient, averaged."""
+        start_t = time.time()
+        received = torch.empty_like(self.shard) if self.stage else None
+        if self.stage == 0:                            # everyone gets the whole sum
+            grad = self.flat_grad
+            dist.all_reduce(grad)
+        elif self.stage == 1:
+            dist.reduce_scatter_tensor(received, self.flat_grad)
+            grad = self.flat_grad[self.mine].copy_(received)   # (the others' slices are stale now)
+        else:                                          # stage 2: backward made full gradients...
+            params = list(run.model.parameters())
+            padding = torch.zeros(self.flat.numel() - sum(p.numel() for p in params), dtype=self.flat.dtype)
+            dist.reduce_scatter_tensor(received, torch.cat([p.grad.flatten() for p in params] + [padding]))
+            for p in params:                           # ...and they go: only my shard's stays
+                p.grad = None
+            grad = received
+        self.shard.grad = grad.div_(self.worker.world_size)
+        return start_t, time.time()
+
+    def update(self, run: Run, step: int) -> None:
+        """Update my shard, then all-gather the shards into everyone's parameters."""
+        run.optimizer.step()
+        if self.stage:                                 # (stage 0 updated everything itself)
+            dist.all_gather_into_tensor(self.flat, self.shard.clone())
+        self.held = held_bytes(run.model, run.optimizer)   # what this rank holds between steps
+
+
+def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp", width: int = 64,
+          depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
+          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32"):
+    """Lesson 08: train with hand-written ZeRO ``stage`` 1 or 2 (0: plain data parallelism); return
+    this rank's record.
+
+    The record's ``memory`` holds the bytes this rank held after the last update, by category
+    (``measure.memory_held.held_bytes``): what the memory model predicts.
+    """
+    b = per_rank_batch(worker.world_size, batch_size, global_batch_size)
+    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=f"zero{stage}",
+                config=dict(model=model, width=width, depth=depth, batch_size=b, steps=steps, lr=lr,
+                            seed=seed, dtype=dtype, optimizer=optimizer, stage=stage),
+                depth=depth, optimizer=optimizer)
+    strategy = ShardedOptimizer(worker, stage, optimizer, lr)
+    n, rank, world = run.data.n_train, worker.rank, worker.world_size
+    record = train_steps(run, strategy, steps, lambda step: rank_batch(n, rank, world, b, step, seed=seed))
+    record.memory = strategy.held
+    return record
+
+
+def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp",
+                width: int = 64, depth: int = 2, batch_size=None, global_batch_size=None,
+                steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32") -> None:
+    if stage not in STAGES:
+        raise ValueError(f"the hand-written ZeRO has stages {STAGES}; stage 3 is FSDP2 or DeepSpeed")
+    validate_args(world_size, method="by_hand", collective="dist", model=model, width=width,
+                  batch_size=batch_size, global_batch_size=global_batch_size, steps=steps, lr=lr,
+                  dtype=dtype, straggler=None, warmup_steps=0, depth=depth, optimizer=optimizer)
+
+
+train.validate_args = check_train

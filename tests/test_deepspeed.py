@@ -1,0 +1,66 @@
+"""Lesson 08: DeepSpeed's ZeRO, stages 0 to 3, on real CPU ranks over gloo (its CPU accelerator).
+
+Its config is written from the same settings as the hand-written ZeRO and FSDP2 and parsed by
+DeepSpeed's own parser; its training must give plain data parallelism's parameters; each rank
+must hold what the memory model predicts, with one difference the model is told about:
+DeepSpeed's ZeRO-1 and 2 keep an fp32 copy of the rank's shard even when training in fp32.
+"""
+import pytest
+import workers
+
+import distlab
+from distlab.measure import memory_model as M
+from distlab.models import build_model, count_parameters
+from distlab.parallel import deepspeed_zero as D
+
+STEPS, LR, BATCH, WIDTH = 6, 0.01, 48, 64
+# momentum: DeepSpeed then gives our parameters bit for bit (with Adam, see deepspeed_zero.config)
+SETTINGS = dict(width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR, optimizer="momentum")
+
+
+def test_deepspeed_is_installed_here():
+    assert D.available() is None, D.available()
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cases = {("plain", 0): ("zero", dict(SETTINGS, stage=0))}
+    cases.update({("deepspeed", s): ("deepspeed_zero", dict(SETTINGS, stage=s)) for s in range(4)})
+    out = distlab.launch(workers.trainings, world_size=2, cases=cases, progress="none", timeout=300)
+    return {key: [rank[key] for rank in out] for key in cases}
+
+
+@pytest.mark.parametrize("stage", range(4))
+def test_config_parsed_by_deepspeed(stage):
+    cfg = D.config(4, stage=stage, global_batch_size=64)
+    parsed = D.validate(cfg, world_size=4)
+    assert parsed.zero_optimization_stage == stage
+    assert parsed.train_micro_batch_size_per_gpu == 16
+
+
+def test_bad_configs_fail_with_a_message():
+    with pytest.raises(ValueError, match="train_batch_size 64 is not"):
+        D.validate(D.config(4, stage=1, global_batch_size=64), world_size=2)
+    broken = D.config(2, stage=1, global_batch_size=64)
+    broken["zero_optimization"]["stage"] = "two"
+    with pytest.raises(Exception, match="stage"):            # DeepSpeed's own (pydantic) error
+        D.validate(broken, world_size=2)
+    with pytest.raises(ValueError, match="stage must be 0"):
+        D.config(2, stage=4, global_batch_size=64)
+
+
+@pytest.mark.parametrize("stage", range(4))
+def test_deepspeed_trains_like_plain_data_parallelism(runs, stage):
+    for record, plain in zip(runs["deepspeed", stage], runs["plain", 0]):
+        assert distlab.max_param_difference(record.params, plain.params) <= 1e-6
+        assert record.losses == pytest.approx(plain.losses, abs=1e-5)
+
+
+@pytest.mark.parametrize("stage", range(4))
+def test_deepspeed_holds_what_the_model_predicts(runs, stage):
+    psi = count_parameters(build_model("mlp", WIDTH))
+    predicted = M.per_rank(psi, 2, stage=stage, optimizer="momentum", precision="fp32", master_copy=stage in (1, 2))
+    for record in runs["deepspeed", stage]:
+        assert record.memory["params"] == pytest.approx(predicted.params, rel=0.10)
+        assert record.memory["optimizer"] == pytest.approx(predicted.optimizer, rel=0.10)
+        assert record.memory["grads"] <= predicted.grads        # DeepSpeed frees them after the step
