@@ -21,7 +21,7 @@ import torch
 
 from . import data
 from .comm import collectives, cost_model
-from .measure import speedup
+from .measure import memory_model, speedup
 from .models import build_model
 from .parallel import mesh, schedules, tensor_parallel
 
@@ -236,3 +236,35 @@ def equal_traffic_batch(answer, width: int, itemsize: int = 4) -> bool | None:
         tensor_parallel.data_parallel_bytes(width, itemsize) / (width * itemsize):
             "tensor parallelism all-reduces twice per step (forward and backward)."},
         otherwise="set 2 x batch x width x 4 equal to 4 x (the model's number of parameters) and solve.")
+
+
+# --- lesson 08 --------------------------------------------------------------------------------
+def bytes_per_rank(answer, params: int, world_size: int, stage: int, optimizer: str = "adam",
+                   precision: str = "fp32") -> bool | None:
+    """Lesson 08: the bytes of parameters, gradients and optimizer state one rank holds."""
+    expected = memory_model.per_rank(params, world_size, stage=stage, optimizer=optimizer, precision=precision).total
+    plain = memory_model.per_rank(params, world_size, stage=0, optimizer=optimizer, precision=precision).total
+    return check("bytes per rank", answer, expected, tolerance=0.01, hints={
+        plain: "that is plain data parallelism: every rank a full copy of everything.",
+        plain / world_size: "that is everything sharded (stage 3); which parts does this stage shard?"},
+        otherwise="per parameter: 4 bytes of weights, 4 of gradient, 8 of Adam's moments; divide by N what is sharded.")
+
+
+def smallest_stage_that_fits(answer, params: float, world_size: int, budget_gb: float,
+                             optimizer: str = "adam", precision: str = "mixed") -> bool | None:
+    """Lesson 08: the lowest ZeRO stage (0 to 3) whose per-rank bytes fit ``budget_gb``; None if none does."""
+    fits = [s for s in memory_model.STAGES if memory_model.per_rank(
+        params, world_size, stage=s, optimizer=optimizer, precision=precision).total <= budget_gb * 1e9]
+    expected = fits[0] if fits else None
+    return check("smallest stage that fits", answer, expected, hints={
+        3: "stage 3 fits, but does a lower one, with less communication, fit too?"} if expected != 3 else {},
+        otherwise="compute the four totals and take the first under the budget (None if none is).")
+
+
+def zero3_traffic_ratio(answer) -> bool | None:
+    """Lesson 08: ZeRO-3's bytes sent per step over plain data parallelism's (any size, any N)."""
+    expected = memory_model.volume(1e9, 8, stage=3)["elements"] / memory_model.volume(1e9, 8, stage=0)["elements"]
+    return check("ZeRO-3 traffic", answer, expected, tolerance=1e-6, hints={
+        1.0: "that is stages 1 and 2; stage 3 gathers the parameters a second time, for backward.",
+        2.0: "the gradients are only reduce-scattered (half an all-reduce), not all-reduced."},
+        otherwise="an all-reduce is a reduce-scatter plus an all-gather; stage 3 adds one more all-gather.")

@@ -50,6 +50,13 @@ CASES = {
     "07 rank in the grid": (ex.rank_in_grid, dict(data=2, pipeline=2, tensor=2,
                                                   where=dict(data=1, pipeline=1, tensor=0)), 6, 3, "varies fastest"),
     "07 equal-traffic batch": (ex.equal_traffic_batch, dict(width=512), 550.5, 1101, "twice per step"),
+    "08 bytes per rank": (ex.bytes_per_rank, dict(params=10_000_000, world_size=4, stage=2), 70_000_000,
+                          160_000_000, "plain data parallelism"),
+    "08 bytes per rank, all sharded": (ex.bytes_per_rank, dict(params=10_000_000, world_size=4, stage=2),
+                                       70_000_000, 40_000_000, "which parts does this stage shard"),
+    "08 smallest stage": (ex.smallest_stage_that_fits, dict(params=7e9, world_size=8, budget_gb=80), 1, 3,
+                          "does a lower one"),
+    "08 ZeRO-3 traffic": (ex.zero3_traffic_ratio, {}, 1.5, 1.0, "gathers the parameters a second time"),
 }
 
 
