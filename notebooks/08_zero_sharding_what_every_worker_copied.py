@@ -20,7 +20,8 @@
 import json
 
 import distlab
-from distlab.measure import memory_model
+from distlab.data import load_digits
+from distlab.measure import memory_held, memory_model
 from distlab.models import build_model, count_parameters
 from distlab.parallel import data_parallel, deepspeed_zero, fsdp, zero
 from distlab.widgets import memory as pictures
@@ -175,7 +176,33 @@ assert max(sum(r[0].memory.values()) for r in big) > BUDGET >= max(sum(r[3].memo
 # %% [markdown]
 # ZeRO-3 is not free: between steps a rank holds 1/N of everything, but while a layer computes
 # it holds that layer's **full** parameters (gathered), and the activations of its batch are not
-# sharded at all. On a real GPU the budget must leave room for both.
+# sharded at all. On a real GPU the budget must leave room for both. What the width-2048 MLP
+# keeps for its backward pass, for one rank's 32 samples, counted and predicted (each layer's
+# input, the log-probabilities and the labels):
+
+# %%
+digits = load_digits()
+x, y = digits.x_train[:32].clone(), digits.y_train[:32].clone()    # a batch of its own, as training takes
+counted = memory_held.activation_bytes(build_model("mlp", 2048), x, y)
+print(f"activations: {counted / 1e3:.1f} kB counted, {memory_model.mlp_activation_bytes(32, 2048) / 1e3:.1f} kB predicted")
+assert abs(counted / memory_model.mlp_activation_bytes(32, 2048) - 1) < 0.01
+
+# %% [markdown]
+# Small here next to 35 MB of training state; in a large language model, with long sequences
+# and big batches, activations can outweigh everything else. They shrink with a smaller
+# micro-batch (lesson 06's pipelines), with tensor parallelism (lesson 07: each rank keeps its
+# slice of the split layers' activations) or by recomputing them in backward.
+#
+# The model-parallel layouts of lessons 06 and 07 combine with ZeRO: each rank's group first
+# holds its part of the model, then ZeRO shards that part over the ranks that hold the same
+# part. For the width-2048 MLP on 8 ranks, at ZeRO stage 1:
+
+# %%
+n2048 = count_parameters(build_model("mlp", 2048))
+for pipe, tens in ((1, 1), (2, 1), (1, 2), (2, 2)):
+    m = memory_model.per_rank(n2048, 8, stage=1, optimizer="adam", precision="fp32", pipeline=pipe, tensor=tens)
+    print(f"{pipe} pipeline stage(s) x {tens} tensor slice(s) x {8 // (pipe * tens)} data replicas: "
+          f"{m.total / 1e6:5.1f} MB per rank")
 #
 # ## 5. The same job as a DeepSpeed config
 #

@@ -215,3 +215,15 @@ def test_verdicts_say_faster_or_slower_only_when_every_repeat_agrees():
     rows[-1]["samples_per_s"] = 95
     rows[-2]["samples_per_s"] = 60
     assert speedup.verdicts(rows).splitlines()[0].endswith("slower")
+
+
+def test_side_by_side_times_each_way_while_the_other_rank_idles():
+    """bench/scaling.py's blocks: one process alone, then both ranks, in one launch; the rank that
+    waits at the barrier must not use a core meanwhile (else "alone" would not be alone)."""
+    cfg = dict(model="mlp", width=256, global_batch_size=512)
+    out = distlab.launch(scaling.side_by_side, 2, config=cfg, steps=6, skip=1, blocks=3, progress="none")
+    assert len(out[0]) == 3 and out[0] == out[1]                 # every rank returns the same rows
+    for row in out[0]:
+        assert {"alone", "all_cores_alone", "together"} <= row.keys()
+        assert all(row[k] > 0 for k in ("alone", "all_cores_alone", "together"))
+        assert row["alone_waiting_cpu"] < 0.3 and row["all_cores_alone_waiting_cpu"] < 0.3

@@ -68,7 +68,8 @@ def activation_bytes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, l
 
     Runs the forward pass and the loss while ``saved_tensors_hooks`` sees every tensor saved
     for backward; counts their storages once each, leaving out the parameters (saved too,
-    but they are held anyway).
+    but they are held anyway).  A storage counts whole: give ``x`` as a batch of its own
+    (training's ``x[idx]`` is one), not a slice that keeps the whole data set alive.
     """
     loss_fn = loss_fn or torch.nn.functional.cross_entropy
     params = {_storage(p)[0] for p in model.parameters()}

@@ -134,7 +134,9 @@ def side_by_side(worker, *, config: dict, steps: int = 16, skip: int = 2, blocks
       unbound for the block (the honest single-machine alternative);
     * ``together``: all ranks train with ``method`` (``data_parallel.train``).
 
-    Returns, on every rank, one dict per block: samples per second of each way.
+    Returns, on every rank, one dict per block: samples per second of each way, and for each
+    lone way the share of a core the busiest waiting rank used meanwhile (``*_waiting_cpu``,
+    near 0 if the waiting really is idle).
     """
     from ..parallel.data_parallel import train_single
     from ..processes.cores import set_cores
@@ -153,6 +155,7 @@ def side_by_side(worker, *, config: dict, steps: int = 16, skip: int = 2, blocks
                 row[way] = split_step_times(t, record.config["batch_size"], skip)["samples_per_s"]
                 continue
             seconds = torch.zeros(1, dtype=torch.float64)
+            wall, cpu = time.perf_counter(), time.process_time()
             if worker.rank == 0:
                 if way == "all_cores_alone":
                     set_cores(range(os.cpu_count() or 1))
@@ -163,6 +166,8 @@ def side_by_side(worker, *, config: dict, steps: int = 16, skip: int = 2, blocks
                 step_s = split_step_times(_timeline(record)[None], record.config["batch_size"], skip)["step_s"]
                 seconds += step_s
             worker.barrier()                                  # the others wait here, idle
+            busy = torch.tensor([(time.process_time() - cpu) / (time.perf_counter() - wall)])
+            row[f"{way}_waiting_cpu"] = max(t.item() for t in worker.all_gather(busy)[1:])
             row[way] = config["global_batch_size"] / worker.broadcast(seconds, src=0).item()
         out.append(row)
     return out
