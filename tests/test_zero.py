@@ -25,6 +25,7 @@ def cases(optimizer):
     return {("zero", 0): ("zero", dict(SETTINGS, stage=0, optimizer=optimizer)),
             ("zero", 1): ("zero", dict(SETTINGS, stage=1, optimizer=optimizer)),
             ("zero", 2): ("zero", dict(SETTINGS, stage=2, optimizer=optimizer)),
+            ("overlapped", 2): ("zero", dict(SETTINGS, stage=2, optimizer=optimizer, overlap=True)),
             ("fsdp", 3): ("fsdp", dict(SETTINGS, optimizer=optimizer))}
 
 
@@ -46,8 +47,8 @@ def references():
                                optimizer=o, record_grads_at=()) for o in OPTIMIZERS}
 
 
-KEYS = [(w, o, how, s) for w in WORLDS for o in OPTIMIZERS for how, s in (("zero", 0), ("zero", 1), ("zero", 2),
-                                                                          ("fsdp", 3))]
+KEYS = [(w, o, how, s) for w in WORLDS for o in OPTIMIZERS
+        for how, s in (("zero", 0), ("zero", 1), ("zero", 2), ("overlapped", 2), ("fsdp", 3))]
 
 
 @pytest.mark.parametrize("key", KEYS, ids=lambda k: f"{k[0]}ranks-{k[1]}-{k[2]}{k[3]}")
@@ -135,3 +136,11 @@ def test_activations_counted_as_predicted(depth, width, batch):
 def test_hand_written_zero_refuses_stage_3_before_starting():
     with pytest.raises(ValueError, match="stage 3 is FSDP2 or DeepSpeed"):
         distlab.launch(zero.train, 2, stage=3, global_batch_size=8, progress="none")
+    with pytest.raises(ValueError, match="overlap=True is the optimised stage 2"):
+        distlab.launch(zero.train, 2, stage=1, overlap=True, global_batch_size=8, progress="none")
+
+
+def test_overlapped_stage_2_reduces_during_backward(runs):
+    """Its reduce-scatters start inside backward: before the compute part of the step has ended."""
+    for record in runs[2, "adam", "overlapped", 2]:
+        assert all(s.t_comm_start < s.t_compute_end for s in record.steps)

@@ -22,8 +22,13 @@ the optimizer state is 1/N.  The stages differ in what they free:
 * **stage 2** (``stage=2``): the reduce-scatter writes into a buffer of one shard's size, and
   the full gradients are dropped after it, so between steps a rank holds 1/N of them.  This
   naive version still holds the full gradients during backward (they are made by it, then
-  reduced); DeepSpeed and FSDP reduce bucket by bucket *during* backward and free each bucket
-  as it goes, so the full gradients never all exist at once;
+  reduced, all at once after it);
+* **stage 2, overlapped** (``OverlappedStage2``, ``train(overlap=True)``): the optimised
+  version, as DeepSpeed and FSDP do it.  Each parameter is sharded on its own (its numbers cut
+  into N equal pieces, padded), and the moment backward has made a parameter's gradient, a hook
+  starts its reduce-scatter *asynchronously* and drops the full gradient: the communication
+  runs while backward computes the layers before it, and the full gradients never all exist at
+  once.  Same numbers as the naive version, one collective per parameter instead of one;
 * **stage 3** (the parameters too) is PyTorch's FSDP2 (``fsdp.py``) and DeepSpeed's stage 3
   (``deepspeed_zero.py``): it gathers each layer's parameters just before it is used.
 
@@ -114,21 +119,80 @@ class ShardedOptimizer(Strategy):
         self.held = held_bytes(run.model, run.optimizer)   # what this rank holds between steps
 
 
+class OverlappedStage2(Strategy):
+    """Lesson 08: ZeRO-2 with each gradient reduce-scattered during backward, as soon as it exists."""
+
+    def __init__(self, worker, optimizer: str, lr: float):
+        check_torchrun(worker)
+        self.worker, self.optimizer, self.lr = worker, optimizer, lr
+
+    def prepare(self, run: Run) -> None:
+        n, r = self.worker.world_size, self.worker.rank
+        self.params = list(run.model.parameters())
+        with torch.no_grad():
+            for p in self.params:                      # start from rank 0's parameters, as DDP does
+                dist.broadcast(p.data, src=0)
+        self.size = [-(-p.numel() // n) for p in self.params]           # each parameter's piece, padded
+        # my piece of each parameter: a view, so the optimizer's update lands in the parameter
+        self.shards = [p.detach().view(-1)[r * c:(r + 1) * c] for p, c in zip(self.params, self.size)]
+        self.pending: dict = {}             # parameter's position -> (my piece, its input, the work)
+        self.position = {id(p): i for i, p in enumerate(self.params)}
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._reduce_scatter)
+        run.optimizer = make_optimizer(self.optimizer, self.shards, self.lr)
+
+    def _reduce_scatter(self, p: torch.Tensor) -> None:
+        """Called by backward the moment ``p.grad`` is complete: start its reduce-scatter, drop it."""
+        i = self.position[id(p)]
+        n, c = self.worker.world_size, self.size[i]
+        padded = torch.zeros(n * c, dtype=p.dtype, device=p.device)
+        padded[:p.numel()] = p.grad.view(-1)
+        mine = torch.empty(c, dtype=p.dtype, device=p.device)
+        work = dist.reduce_scatter_tensor(mine, padded, async_op=True)
+        self.pending[i] = (mine, padded, work)     # padded: alive until the work is done
+        p.grad = None                                  # the full gradient goes now, not after backward
+        self.started = self.started or time.time()
+
+    def before_step(self, run: Run, step: int) -> None:
+        self.started = None
+
+    def communicate(self, run: Run, step: int) -> tuple[float, float]:
+        """Wait for what backward started; hand each shard its averaged gradient."""
+        for i, shard in enumerate(self.shards):
+            mine, _, work = self.pending.pop(i)
+            work.wait()
+            shard.grad = mine[:shard.numel()].div_(self.worker.world_size)
+        return self.started, time.time()
+
+    def update(self, run: Run, step: int) -> None:
+        run.optimizer.step()
+        n = self.worker.world_size
+        for p, shard, c in zip(self.params, self.shards, self.size):
+            mine = torch.zeros(c, dtype=p.dtype, device=p.device)
+            mine[:shard.numel()] = shard
+            whole = torch.empty(n * c, dtype=p.dtype, device=p.device)
+            dist.all_gather_into_tensor(whole, mine)
+            with torch.no_grad():
+                p.view(-1).copy_(whole[:p.numel()])
+        self.held = held_bytes(run.model, run.optimizer)
+
+
 def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp", width: int = 64,
           depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
-          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32"):
+          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32", overlap: bool = False):
     """Lesson 08: train with hand-written ZeRO ``stage`` 1 or 2 (0: plain data parallelism); return
     this rank's record.
 
     The record's ``memory`` holds the bytes this rank held after the last update, by category
-    (``measure.memory_held.held_bytes``): what the memory model predicts.
+    (``measure.memory_held.held_bytes``): what the memory model predicts.  ``overlap=True``
+    (stage 2 only): the optimised version, ``OverlappedStage2``.
     """
     b = per_rank_batch(worker.world_size, batch_size, global_batch_size)
     run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=f"zero{stage}",
                 config=dict(model=model, width=width, depth=depth, batch_size=b, steps=steps, lr=lr,
-                            seed=seed, dtype=dtype, optimizer=optimizer, stage=stage),
+                            seed=seed, dtype=dtype, optimizer=optimizer, stage=stage, overlap=overlap),
                 depth=depth, optimizer=optimizer)
-    strategy = ShardedOptimizer(worker, stage, optimizer, lr)
+    strategy = OverlappedStage2(worker, optimizer, lr) if overlap else ShardedOptimizer(worker, stage, optimizer, lr)
     n, rank, world = run.data.n_train, worker.rank, worker.world_size
     record = train_steps(run, strategy, steps, lambda step: rank_batch(n, rank, world, b, step, seed=seed))
     record.memory = strategy.held
@@ -137,9 +201,12 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
 
 def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp",
                 width: int = 64, depth: int = 2, batch_size=None, global_batch_size=None,
-                steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32") -> None:
+                steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32",
+                overlap: bool = False) -> None:
     if stage not in STAGES:
         raise ValueError(f"the hand-written ZeRO has stages {STAGES}; stage 3 is FSDP2 or DeepSpeed")
+    if overlap and stage != 2:
+        raise ValueError(f"overlap=True is the optimised stage 2; stage {stage} has no such version here")
     validate_args(world_size, method="by_hand", collective="dist", model=model, width=width,
                   batch_size=batch_size, global_batch_size=global_batch_size, steps=steps, lr=lr,
                   dtype=dtype, straggler=None, warmup_steps=0, depth=depth, optimizer=optimizer)
