@@ -210,11 +210,17 @@ ring_run = distlab.launch(train, world_size=3, method="by_hand", collective="rin
                           model="mlp", width=64, batch_size=16, steps=10, lr=0.2, seed=0)
 single = train_single(world_size=3, model="mlp", width=64, batch_size=16, steps=10, lr=0.2, seed=0)
 
-# %%
+# %% tags=["nbval-ignore-output"]
 difference = max(distlab.max_param_difference(r.params, single.params) for r in ring_run)
-print(f"largest parameter difference, ring-trained ranks vs one process: {difference:.0e} "
-      f"(below 1e-5: {difference < 1e-5})")
+print(f"largest parameter difference, ring-trained ranks vs one process: {difference:.0e}")
+
+# %% [markdown]
+# The exact figure depends on the processor's rounding (1e-8 on one machine, 2e-8 on another);
+# the fact does not:
+
+# %%
 assert difference < 1e-5
+print("the ring-trained ranks took the steps of one process, within 1e-5")
 
 # %% [markdown]
 # ## What to take away
