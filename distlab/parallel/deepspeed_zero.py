@@ -76,12 +76,18 @@ def config(world_size: int, *, stage: int, optimizer: str = "adam",
 def available() -> str | None:
     """None if DeepSpeed imports here; otherwise the reason, in one line.
 
-    Also chooses DeepSpeed's CPU accelerator on a machine without a GPU, and keeps the ops
-    DeepSpeed compiles in this environment's own folder (``TORCH_EXTENSIONS_DIR``): with the
-    shared default, two environments on one machine rebuild each other's copy, a minute each.
+    Also chooses DeepSpeed's CPU accelerator on a machine without a GPU, and makes the op
+    DeepSpeed compiles (about a minute) stay compiled: it lives in this environment's own folder
+    (``TORCH_EXTENSIONS_DIR``; with the shared default, two environments on one machine rebuild
+    each other's copy), and it is always built with this environment's ``ninja`` (its folder
+    first on ``PATH``, as an activated environment has it): a system ``ninja`` of another
+    version reads the other's build log as foreign and compiles everything again.
     """
     os.environ.setdefault("DS_ACCELERATOR", "cpu" if not torch.cuda.is_available() else "cuda")
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+    here = os.path.dirname(sys.executable)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != here:
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
     try:
         import deepspeed  # noqa: F401
     except Exception as err:                      # ImportError, or its own set-up failing
