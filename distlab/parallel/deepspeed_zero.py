@@ -13,8 +13,9 @@ fails with DeepSpeed's message before any process starts.
 ``train`` runs it: ``deepspeed.initialize`` wraps the model in an *engine* whose
 ``backward`` and ``step`` do the reduce-scatters and all-gathers of the chosen stage.
 On a machine without a GPU, DeepSpeed's CPU accelerator (``DS_ACCELERATOR=cpu``) runs it in
-CPU processes over gloo.  DeepSpeed is an optional extra (``pip install deepspeed``); what
-is not installed is said plainly (``available``).
+CPU processes over gloo.  DeepSpeed is optional for a learner (``tools/install_deepspeed.sh``
+installs it against the torch already there; the test set-up requires it); what is not
+installed is said plainly (``available``).
 """
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ def status() -> str:
     """Lesson 08: whether DeepSpeed runs on this machine, in one line."""
     reason = available()
     if reason:
-        return reason + " (pip install deepspeed; the config above is still what it would read)"
+        return reason + " (tools/install_deepspeed.sh installs it; the config above is still what it would read)"
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
