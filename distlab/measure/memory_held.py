@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-CATEGORIES = ("params", "grads", "optimizer", "activations")
+CATEGORIES = ("params", "grads", "optimizer")
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:
@@ -27,7 +27,7 @@ def _storage(tensor: torch.Tensor) -> tuple[int, int]:
 
 
 def held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-               extra: dict[str, list[torch.Tensor]] | None = None) -> dict[str, int]:
+               more_params=()) -> dict[str, int]:
     """Lesson 08: bytes of the parameters, gradients and optimizer state this rank holds now.
 
     Parameters are the model's; gradients are the ``.grad`` of the model's parameters and of
@@ -35,11 +35,11 @@ def held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None =
     momentum buffers, step counters) and the optimizer's own parameters where they are not
     the model's: a copy of (a shard of) the parameters that the optimizer updates, as
     DeepSpeed's fp32 master copy (a shard that is a *view* of the model's parameters, as in
-    ``parallel/zero.py``, shares their storage and is not counted again).  ``extra`` adds
-    tensors to a category by name.
+    ``parallel/zero.py``, shares their storage and is not counted again).  ``more_params``:
+    parameter storage the model does not show (DeepSpeed's stage-3 shards, ``ds_tensor``).
     """
     seen: set[int] = set()
-    out = dict.fromkeys(CATEGORIES[:3], 0)
+    out = dict.fromkeys(CATEGORIES, 0)
 
     def add(category: str, tensors) -> None:
         for t in tensors:
@@ -52,14 +52,10 @@ def held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None =
 
     params = list(model.parameters())
     updated = [p for group in optimizer.param_groups for p in group["params"]] if optimizer else []
-    add("params", params + (extra or {}).get("params", []))
+    add("params", params + list(more_params))
     add("grads", [p.grad for p in params + updated])
     if optimizer is not None:
         add("optimizer", updated + [v for state in optimizer.state.values() for v in state.values()])
-    for category, tensors in (extra or {}).items():
-        if category != "params":
-            out.setdefault(category, 0)
-            add(category, tensors)
     return out
 
 

@@ -28,12 +28,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..comm.collectives import check_torchrun
-from ..data import rank_batch
 from ..measure.memory_held import held_bytes
 from ..records import StepRecord
 from .data_parallel import per_rank_batch
-from .loop import OPTIMIZERS, evaluate, start
+from .loop import OPTIMIZERS, evaluate
 from .zero import check_train as check_zero
+from .zero import start_sharded
 
 PRECISION_KEYS = {"fp32": {}, "mixed": {"bf16": {"enabled": True}}}
 # DeepSpeed's default buckets (5e8 numbers) are sized for GPUs: 2 GB of fp32 per rank, more than
@@ -160,18 +160,16 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
     import deepspeed
 
     deepspeed.init_distributed(dist_backend=dist.get_backend())   # DeepSpeed joins our process group
-    b = per_rank_batch(worker.world_size, batch_size, global_batch_size)
-    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=f"deepspeed{stage}",
-                config=dict(model=model, width=width, depth=depth, batch_size=b, steps=steps, lr=lr,
-                            seed=seed, dtype=dtype, optimizer=optimizer, stage=stage),
-                depth=depth, optimizer=optimizer)
-    cfg = config(worker.world_size, stage=stage, optimizer=optimizer, batch_size=b)
+    run, batch_at = start_sharded(worker, f"deepspeed{stage}", optimizer=optimizer, model=model, width=width,
+                                  depth=depth, batch_size=batch_size, global_batch_size=global_batch_size,
+                                  steps=steps, lr=lr, seed=seed, dtype=dtype, stage=stage)
+    cfg = config(worker.world_size, stage=stage, optimizer=optimizer, batch_size=run.record.config["batch_size"])
     engine, ds_optimizer, _, _ = deepspeed.initialize(model=run.model, optimizer=run.optimizer,
                                                       model_parameters=run.model.parameters(), config=cfg)
-    n, record = run.data.n_train, run.record
+    record = run.record
     t_first = time.time()
     for step in range(steps):
-        idx = rank_batch(n, worker.rank, worker.world_size, b, step, seed=seed)
+        idx = batch_at(step)
         x, y = run.x[idx], run.y[idx]
         t_start = time.time()
         out = engine(x)
@@ -195,7 +193,7 @@ def held(model, ds_optimizer) -> dict[str, int]:
     of this rank's shard that DeepSpeed's ZeRO updates (it keeps one even when training in fp32)."""
     inner = getattr(ds_optimizer, "optimizer", ds_optimizer)
     shards = [p.ds_tensor for p in model.parameters() if hasattr(p, "ds_tensor")]
-    return held_bytes(model, inner, extra={"params": shards})
+    return held_bytes(model, inner, more_params=shards)
 
 
 def full_params(model, stage: int) -> dict:

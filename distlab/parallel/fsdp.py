@@ -26,12 +26,10 @@ from __future__ import annotations
 
 from torch.distributed.fsdp import fully_shard
 
-from ..data import rank_batch
 from ..comm.collectives import check_torchrun
 from ..measure.memory_held import held_bytes
-from .data_parallel import per_rank_batch
-from .loop import Run, Strategy, make_optimizer, start, train_steps
-from .zero import STAGES, check_train
+from .loop import Run, Strategy, make_optimizer, train_steps
+from .zero import STAGES, check_train, start_sharded
 from .zero import train as train_by_hand
 
 
@@ -64,14 +62,11 @@ def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp"
     The record's ``params`` are the full parameters (gathered from the shards at the end),
     its ``memory`` the bytes this rank held after the last update, by category.
     """
-    b = per_rank_batch(worker.world_size, batch_size, global_batch_size)
-    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method="fsdp2",
-                config=dict(model=model, width=width, depth=depth, batch_size=b, steps=steps, lr=lr,
-                            seed=seed, dtype=dtype, optimizer=optimizer, stage=3),
-                depth=depth, optimizer=optimizer)
+    run, batch_at = start_sharded(worker, "fsdp2", optimizer=optimizer, model=model, width=width, depth=depth,
+                                  batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
+                                  lr=lr, seed=seed, dtype=dtype, stage=3)
     strategy = FullyShard(worker, optimizer, lr)
-    n, rank, world = run.data.n_train, worker.rank, worker.world_size
-    record = train_steps(run, strategy, steps, lambda step: rank_batch(n, rank, world, b, step, seed=seed))
+    record = train_steps(run, strategy, steps, batch_at)
     record.memory = strategy.held
     record.params = {name: p.full_tensor().detach().cpu().clone() for name, p in run.model.named_parameters()}
     return record

@@ -53,6 +53,15 @@ from .loop import Run, Strategy, make_optimizer, start, train_steps
 STAGES = (0, 1, 2)
 
 
+def views(flat: torch.Tensor, params) -> list[torch.Tensor]:
+    """Consecutive pieces of ``flat``, one shaped like each of ``params``."""
+    out, offset = [], 0
+    for p in params:
+        out.append(flat[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()
+    return out
+
+
 class ShardedOptimizer(Strategy):
     """Lesson 08: ZeRO stage 1 or 2 as a strategy of the training loop (see the module's docstring).
 
@@ -74,21 +83,17 @@ class ShardedOptimizer(Strategy):
         total = sum(p.numel() for p in params)
         self.size = -(-total // n)                       # shard length; the buffer is padded to n * size
         self.flat = torch.zeros(n * self.size, dtype=params[0].dtype, device=params[0].device)
-        offset = 0
         with torch.no_grad():
-            for p in params:                           # the parameters become views of the buffer
-                self.flat[offset:offset + p.numel()].copy_(p.flatten())
-                p.data = self.flat[offset:offset + p.numel()].view_as(p)
-                offset += p.numel()
+            for p, view in zip(params, views(self.flat, params)):   # the parameters become views of it
+                view.copy_(p)
+                p.data = view
         dist.broadcast(self.flat, src=0)             # start from rank 0's parameters, as DDP does
         self.mine = slice(r * self.size, (r + 1) * self.size) if self.stage else slice(None)
         self.shard = self.flat.detach()[self.mine]     # my slice of the parameters (a view: no copy)
         if self.stage < 2:                             # stages 0 and 1 keep a full gradient buffer
             self.flat_grad = torch.zeros_like(self.flat)
-            offset = 0
-            for p in params:                           # backward accumulates into its views
-                p.grad = self.flat_grad[offset:offset + p.numel()].view_as(p)
-                offset += p.numel()
+            for p, view in zip(params, views(self.flat_grad, params)):   # backward adds into them
+                p.grad = view
         run.optimizer = make_optimizer(self.optimizer, [self.shard], self.lr)
 
     def communicate(self, run: Run, step: int) -> tuple[float, float]:
@@ -103,7 +108,7 @@ class ShardedOptimizer(Strategy):
             grad = self.flat_grad[self.mine].copy_(received)   # (the others' slices are stale now)
         else:                                          # stage 2: backward made full gradients...
             params = list(run.model.parameters())
-            padding = torch.zeros(self.flat.numel() - sum(p.numel() for p in params), dtype=self.flat.dtype)
+            padding = self.flat.new_zeros(self.flat.numel() - sum(p.numel() for p in params))
             dist.reduce_scatter_tensor(received, torch.cat([p.grad.flatten() for p in params] + [padding]))
             for p in params:                           # ...and they go: only my shard's stays
                 p.grad = None
@@ -177,6 +182,20 @@ class OverlappedStage2(Strategy):
         self.held = held_bytes(run.model, run.optimizer)
 
 
+def start_sharded(worker, method: str, *, optimizer: str, model: str, width: int, depth: int,
+                  batch_size: int | None, global_batch_size: int | None, steps: int, lr: float, seed: int,
+                  dtype: str, **more) -> tuple[Run, object]:
+    """Lesson 08: what every ZeRO training here starts from (by hand, FSDP2, DeepSpeed): the run,
+    its record's config (with ``more``, e.g. the stage), and this rank's batches, ``batch_at(step)``."""
+    b = per_rank_batch(worker.world_size, batch_size, global_batch_size)
+    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=method,
+                config=dict(model=model, width=width, depth=depth, batch_size=b, steps=steps, lr=lr,
+                            seed=seed, dtype=dtype, optimizer=optimizer, **more),
+                depth=depth, optimizer=optimizer)
+    n, rank, world = run.data.n_train, worker.rank, worker.world_size
+    return run, lambda step: rank_batch(n, rank, world, b, step, seed=seed)
+
+
 def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp", width: int = 64,
           depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
           steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32", overlap: bool = False):
@@ -187,14 +206,11 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
     (``measure.memory_held.held_bytes``): what the memory model predicts.  ``overlap=True``
     (stage 2 only): the optimised version, ``OverlappedStage2``.
     """
-    b = per_rank_batch(worker.world_size, batch_size, global_batch_size)
-    run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=f"zero{stage}",
-                config=dict(model=model, width=width, depth=depth, batch_size=b, steps=steps, lr=lr,
-                            seed=seed, dtype=dtype, optimizer=optimizer, stage=stage, overlap=overlap),
-                depth=depth, optimizer=optimizer)
+    run, batch_at = start_sharded(worker, f"zero{stage}", optimizer=optimizer, model=model, width=width,
+                                  depth=depth, batch_size=batch_size, global_batch_size=global_batch_size,
+                                  steps=steps, lr=lr, seed=seed, dtype=dtype, stage=stage, overlap=overlap)
     strategy = OverlappedStage2(worker, optimizer, lr) if overlap else ShardedOptimizer(worker, stage, optimizer, lr)
-    n, rank, world = run.data.n_train, worker.rank, worker.world_size
-    record = train_steps(run, strategy, steps, lambda step: rank_batch(n, rank, world, b, step, seed=seed))
+    record = train_steps(run, strategy, steps, batch_at)
     record.memory = strategy.held
     return record
 
