@@ -16,7 +16,11 @@ TORCH_VER=$("$PY" -c "import torch; print(torch.__version__.split('+')[0])")
 WHEEL_DIR="$CACHE/horovod-0.28.1-torch$TORCH_VER"
 if ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
   echo "building Horovod 0.28.1 against torch $TORCH_VER, about 10 minutes (once; cached in $WHEEL_DIR)"
-  "$PY" -m pip install -q cmake cloudpickle psutil pyyaml packaging wheel setuptools
+  # the versions Binder pins (binder/requirements.txt), so that a build here is the build there
+  PINS=$(mktemp)
+  grep -E '^[A-Za-z0-9_.-]+==' "$HERE/../binder/requirements.txt" | grep -v '^torch==' > "$PINS" || true
+  "$PY" -m pip install -q -c "$PINS" cmake cloudpickle psutil pyyaml packaging wheel setuptools
+  rm -f "$PINS"
   mkdir -p "$WHEEL_DIR.tmp"
   start=$(date +%s)
   PATH="$(dirname "$PY"):$PATH" \

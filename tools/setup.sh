@@ -29,7 +29,12 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
 fi
 if [ "$WHAT" = test ]; then EXTRAS="lab,test"; else EXTRAS="lab"; fi
 echo "setup: installing distlab[$EXTRAS] and its dependencies"
-quiet "$PY" -m pip install -e ".[$EXTRAS]"
+# The versions Binder installs (binder/requirements.txt) are the ones tested: use them as constraints
+# (torch left out: it was chosen above, CPU or CUDA).
+PINS=$(mktemp)
+grep -E '^[A-Za-z0-9_.-]+==' binder/requirements.txt | grep -v '^torch==' > "$PINS"
+quiet "$PY" -m pip install -e ".[$EXTRAS]" -c "$PINS"
+rm -f "$PINS"
 quiet "$PY" -m ipykernel install --sys-prefix --name python3
 # Horovod: required in this repository's own set-up and CI; optional for a learner.
 if [ "$WHAT" = test ]; then

@@ -1,0 +1,180 @@
+"""The course on Binder: built from ``binder/`` alone, every lesson run within Binder's limits.
+
+The last test builds a fresh environment only from the ``binder/`` files (tools/binder_sim.py says
+how close that is to repo2docker) and runs every lesson and solutions notebook under nbval, through
+``binder/start``, in a cgroup with Binder's 2 GiB memory limit and a one-CPU quota.  A lesson added
+later is picked up by the glob.  What was enforced, and what had to be substituted, is printed in
+the "binder simulation" section at the end of the test run; per-lesson times and peaks are written
+to artifacts/binder/.
+"""
+import importlib.metadata
+import json
+import os
+import re
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import binder_sim  # noqa: E402
+
+REPORT = []          # lines for the "binder simulation" section of the terminal summary (conftest.py)
+MB = 1024**2
+
+
+def pins():
+    text = (ROOT / "binder" / "requirements.txt").read_text()
+    return dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", text, flags=re.M))
+
+
+def test_binder_pins_every_requirement_to_the_version_the_tests_use():
+    found = pins()
+    assert {"torch", "numpy", "scikit-learn", "ipywidgets", "jupyterlab", "ipykernel"} <= set(found)
+    for name, version in found.items():
+        installed = importlib.metadata.version(name)
+        if name == "torch":              # Binder takes the CPU build; a GPU machine's tests may not
+            assert installed.split("+")[0] == version.split("+")[0], (name, installed, version)
+        else:
+            assert installed == version, f"binder/requirements.txt pins {name}=={version}, the tests use {installed}"
+
+
+def test_binder_files_are_what_repo2docker_runs():
+    binder = ROOT / "binder"
+    for script in ("postBuild", "start"):
+        path = binder / script
+        assert os.access(path, os.X_OK), f"binder/{script} must be executable (repo2docker runs it directly)"
+        assert path.read_text().startswith("#!/usr/bin/env bash")
+    assert 'exec "$@"' in (binder / "start").read_text()          # start must hand over to the server
+    assert re.fullmatch(r"python-3\.\d+", (binder / "runtime.txt").read_text().strip())
+    assert binder_sim.apt_packages(ROOT) == ["build-essential"]
+    post = (binder / "postBuild").read_text()
+    assert "tools/install_horovod.sh" in post and "tools/install_deepspeed.sh" in post
+
+
+def test_without_the_cpu_index_only_its_line_is_dropped():
+    text = (ROOT / "binder" / "requirements.txt").read_text()
+    same, note = binder_sim.requirements_for_here(text, reachable=True)
+    assert same == text and note is None
+    changed, note = binder_sim.requirements_for_here(text, reachable=False)
+    assert binder_sim.CPU_INDEX not in changed and "torch==2.13.0+cpu" in changed
+    assert [line for line in text.splitlines() if binder_sim.CPU_INDEX not in line] == changed.splitlines()
+    assert "cannot be reached" in note
+
+
+def test_the_course_is_every_lesson_and_solution():
+    names = [p.relative_to(ROOT).as_posix() for p in binder_sim.lessons()]
+    assert names[0] == "notebooks/00_welcome.ipynb"
+    assert len(names) == len(list(ROOT.glob("notebooks/*.ipynb"))) + len(list(ROOT.glob("course/solutions/*.ipynb")))
+
+
+def run_python(code, limits, **kw):
+    return binder_sim.measure([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, limits=limits, **kw)
+
+
+def test_a_run_past_the_memory_limit_is_stopped():
+    m = run_python("""
+        import numpy as np
+        blocks = [np.ones(64 * 1024**2 // 8) for _ in range(12)]     # 768 MiB, in 64 MiB steps
+        print("still alive")
+        """, binder_sim.Limits(memory_bytes=256 * MB, cpus=None))
+    REPORT.append(f"memory limit check: {m.enforced}")
+    assert m.returncode != 0 and "still alive" not in m.output
+    assert m.oom_kills >= 1 or m.watchdog_killed
+    assert m.peak_rss_bytes <= 300 * MB
+
+
+def test_the_peak_sums_every_process_of_the_run():
+    m = run_python("""
+        import subprocess, sys, time
+        hold = "import numpy as np, time; a = np.ones(150 * 1024**2 // 8); time.sleep(1.5)"
+        children = [subprocess.Popen([sys.executable, "-c", hold]) for _ in range(2)]
+        for c in children:
+            c.wait()
+        """, binder_sim.Limits(memory_bytes=1024 * MB, cpus=None))
+    assert m.returncode == 0, m.output
+    assert m.peak_rss_bytes >= 300 * MB and m.peak_processes >= 3
+    assert 300 * MB <= m.peak_pss_bytes <= m.peak_rss_bytes
+    assert m.left_behind == []
+
+
+def test_an_orphan_left_running_is_found_and_stopped():
+    m = run_python("""
+        import subprocess, sys
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        """, binder_sim.BINDER, grace=1.0)
+    assert m.returncode == 0
+    assert m.enforced.startswith("cgroup"), "this machine lets us make cgroups: the orphan must be found"
+    assert len(m.left_behind) == 1 and "time.sleep(60)" in m.left_behind[0]
+    pid = int(m.left_behind[0].split()[0])
+    time.sleep(0.5)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_cpu_quota_holds_busy_processes_back():
+    m = run_python("""
+        import os, subprocess, sys
+        spin = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 1.0: pass"
+        print("cores", len(os.sched_getaffinity(0)))
+        children = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+        for c in children:
+            c.wait()
+        """, binder_sim.Limits(memory_bytes=None, cpus=0.5))
+    assert m.returncode == 0, m.output
+    REPORT.append(f"cpu quota check: {m.enforced}; throttled in {m.throttled_periods} periods of 100 ms")
+    if m.throttled_periods is not None:     # a cgroup: 2 CPU-seconds of work in 0.5 CPU must be throttled
+        assert m.throttled_periods > 0
+        assert m.wall_s > 2.0 / 0.5 * 0.8   # CPU time per wall time: what a quota means
+    else:                                   # no cgroup: one core by affinity
+        assert "cores 1" in m.output
+
+
+def test_without_a_cgroup_a_watchdog_and_one_core_stand_in():
+    limits = binder_sim.Limits(memory_bytes=256 * MB, cpus=1.0)
+    m = run_python("""
+        import os, numpy as np, time
+        print("cores", len(os.sched_getaffinity(0)), flush=True)
+        blocks = []
+        for _ in range(12):
+            blocks.append(np.ones(64 * 1024**2 // 8))
+            time.sleep(0.3)
+        print("still alive")
+        """, limits, cgroup=False)
+    assert m.enforced.startswith("no cgroup could be made here") and "watchdog" in m.enforced
+    assert "cores 1" in m.output and "still alive" not in m.output
+    assert m.watchdog_killed and m.returncode != 0
+
+
+# ---------------------------------------------------------------- the simulated launch
+
+@pytest.fixture(scope="module")
+def binder_env(tmp_path_factory):
+    env = binder_sim.build(tmp_path_factory.mktemp("binder"), log=lambda s: None)
+    REPORT.append(f"built in {env.build_s:.0f} s from binder/ alone")
+    REPORT.extend(f"note: {n}" for n in env.notes)
+    with binder_sim.Confinement(binder_sim.BINDER) as box:
+        REPORT.append(f"limits: {box.describe()}")
+    return env
+
+
+@pytest.mark.binder
+@pytest.mark.parametrize("lesson", [p.relative_to(ROOT).as_posix() for p in binder_sim.lessons()])
+def test_lesson_runs_on_binder(binder_env, lesson):
+    m = binder_sim.run_lesson(binder_env, Path(lesson), binder_sim.BINDER)
+    REPORT.append(f"{lesson}: {'passed' if m.returncode == 0 else 'FAILED'} in {m.wall_s:.1f} s, peak "
+                  f"{m.peak_pss_gb:.2f} GB summed PSS, {m.peak_gb:.2f} GB summed RSS ({m.peak_processes} processes)"
+                  + (f", cgroup peak {m.group_peak_bytes / 1e9:.2f} GB" if m.group_peak_bytes else ""))
+    out = ROOT / "artifacts" / "binder" / "test"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / (Path(lesson).stem + ("-solution" if "solutions" in lesson else "") + ".json")).write_text(
+        json.dumps({"lesson": lesson, "wall_s": m.wall_s, "peak_gb": m.peak_gb, "peak_pss_gb": m.peak_pss_gb,
+                    "processes": m.peak_processes,
+                    "group_peak_bytes": m.group_peak_bytes, "returncode": m.returncode, "enforced": m.enforced}))
+    assert m.oom_kills == 0 and not m.watchdog_killed, f"{lesson} went past Binder's memory limit\n{m.output[-3000:]}"
+    assert m.returncode == 0, f"{lesson} failed on the simulated Binder:\n{m.output[-6000:]}"
+    assert m.left_behind == [], f"{lesson} left processes running: {m.left_behind}"
