@@ -11,6 +11,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import sys
 import textwrap
 import time
@@ -150,19 +151,29 @@ def test_without_a_cgroup_a_watchdog_and_one_core_stand_in():
     assert m.watchdog_killed and m.returncode != 0
 
 
+def test_distlab_sees_the_quota_of_the_group_it_runs_in():
+    """Ranks are not bound to cores under a quota (cores.bind_to_cores): distlab must see it here too."""
+    m = run_python("from distlab.processes.cores import cpu_quota; print('quota', cpu_quota())", binder_sim.BINDER)
+    assert m.returncode == 0, m.output
+    assert "quota 1.0" in m.output
+
+
 # ---------------------------------------------------------------- the simulated launch
 
 @pytest.fixture(scope="module")
 def binder_env(tmp_path_factory):
-    env = binder_sim.build(tmp_path_factory.mktemp("binder"), log=lambda s: None)
+    dest = tmp_path_factory.mktemp("binder")
+    env = binder_sim.build(dest, log=lambda s: None)
     REPORT.append(f"built in {env.build_s:.0f} s from binder/ alone")
     REPORT.extend(f"note: {n}" for n in env.notes)
     with binder_sim.Confinement(binder_sim.BINDER) as box:
         REPORT.append(f"limits: {box.describe()}")
-    return env
+    yield env
+    shutil.rmtree(dest, ignore_errors=True)          # 1.7 GB: not kept for pytest's last three runs
 
 
 @pytest.mark.binder
+@pytest.mark.timeout(1200)              # the first one also builds the environment (about 3 minutes)
 @pytest.mark.parametrize("lesson", [p.relative_to(ROOT).as_posix() for p in binder_sim.lessons()])
 def test_lesson_runs_on_binder(binder_env, lesson):
     m = binder_sim.run_lesson(binder_env, Path(lesson), binder_sim.BINDER)
@@ -178,3 +189,59 @@ def test_lesson_runs_on_binder(binder_env, lesson):
     assert m.oom_kills == 0 and not m.watchdog_killed, f"{lesson} went past Binder's memory limit\n{m.output[-3000:]}"
     assert m.returncode == 0, f"{lesson} failed on the simulated Binder:\n{m.output[-6000:]}"
     assert m.left_behind == [], f"{lesson} left processes running: {m.left_behind}"
+
+
+@pytest.mark.binder
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("where", ["one core, no cgroup", "half a CPU"])
+def test_more_ranks_than_cores_still_train(binder_env, where):
+    """The CPU fallback copes with one core or less: lesson 03 starts 4, 2 and 3 ranks."""
+    cgroup = where != "one core, no cgroup"
+    limits = binder_sim.Limits(binder_sim.BINDER_MEMORY_BYTES, 1.0 if not cgroup else 0.5)
+    m = binder_sim.run_lesson(binder_env, Path("notebooks/03_combining_gradients.ipynb"), limits, cgroup=cgroup)
+    REPORT.append(f"lesson 03 on {where} ({m.enforced}): {'passed' if m.returncode == 0 else 'FAILED'} "
+                  f"in {m.wall_s:.1f} s")
+    assert m.returncode == 0, f"lesson 03 failed on {where}:\n{m.output[-6000:]}"
+
+
+README_URL = "https://mybinder.org/v2/gh/OWNER/REPO/HEAD?urlpath=lab/tree/notebooks/00_welcome.ipynb"
+
+
+def test_the_readme_says_how_to_launch_it():
+    assert README_URL in (ROOT / "README.md").read_text()
+    assert (ROOT / "notebooks" / "00_welcome.ipynb").exists()
+
+
+@pytest.mark.binder
+@pytest.mark.timeout(1200)
+def test_jupyterlab_opens_on_the_first_lesson(binder_env):
+    """What Binder runs at launch: binder/start, then JupyterLab; the README's URL path must open."""
+    import socket
+    import subprocess
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    path = README_URL.split("urlpath=")[1]
+    with binder_sim.Confinement(binder_sim.BINDER) as box:
+        server = subprocess.Popen(
+            ["./binder/start", str(binder_env.venv / "bin" / "jupyter"), "lab", "--no-browser", "--allow-root",
+             f"--port={port}", "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=", "--ServerApp.password="],
+            cwd=binder_env.repo, env=binder_env.environ(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            preexec_fn=box.preexec)
+        try:
+            deadline, page, lesson = time.monotonic() + 60, None, None
+            while time.monotonic() < deadline and page is None:
+                try:
+                    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=5).read().decode()
+                    lesson = json.loads(urllib.request.urlopen(
+                        f"http://127.0.0.1:{port}/api/contents/notebooks/00_welcome.ipynb", timeout=5).read())
+                except OSError:
+                    time.sleep(0.5)
+            assert page is not None, "JupyterLab did not answer within 60 s"
+            assert "JupyterLab" in page
+            assert lesson["type"] == "notebook" and lesson["content"]["cells"]
+        finally:
+            server.terminate()
+            server.wait(timeout=30)

@@ -200,6 +200,30 @@ def test_a_cpu_quota_is_read_from_cgroup_v1_and_v2(tmp_path):
     assert cpu_quota(str(v1)) == 2.0
 
 
+def test_a_cpu_quota_on_the_processs_own_group_or_above_it_counts(tmp_path):
+    """Outside a container the process sits in a group further down (/proc/self/cgroup says which);
+    a quota on its group or any above it limits it, and the smallest counts."""
+    from distlab.processes.cores import cpu_quota
+
+    proc = tmp_path / "proc_cgroup"
+    v2 = tmp_path / "v2"
+    (v2 / "job" / "step").mkdir(parents=True)
+    proc.write_text("0::/job/step\n")
+    assert cpu_quota(str(v2), str(proc)) is None
+    (v2 / "job" / "cpu.max").write_text("50000 100000\n")              # on the parent
+    assert cpu_quota(str(v2), str(proc)) == 0.5
+    (v2 / "job" / "step" / "cpu.max").write_text("max 100000\n")
+    assert cpu_quota(str(v2), str(proc)) == 0.5
+    (v2 / "cpu.max").write_text("25000 100000\n")                     # the root's is smaller still
+    assert cpu_quota(str(v2), str(proc)) == 0.25
+    v1 = tmp_path / "v1"
+    (v1 / "cpu" / "box").mkdir(parents=True)
+    proc.write_text("4:memory:/other\n3:cpu,cpuacct:/box\n0::/\n")
+    (v1 / "cpu" / "box" / "cpu.cfs_period_us").write_text("100000\n")
+    (v1 / "cpu" / "box" / "cpu.cfs_quota_us").write_text("100000\n")
+    assert cpu_quota(str(v1), str(proc)) == 1.0
+
+
 @pytest.mark.parametrize("warm", WARM)
 def test_a_killed_notebook_kernel_takes_its_workers_with_it(tmp_path, pid_dir, warm):
     """If the process that launched the job dies outright (SIGKILL), no worker survives it."""

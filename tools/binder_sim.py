@@ -232,6 +232,7 @@ class Measured:
     throttled_periods: int | None
     left_behind: list                # processes still in the group 10 s after the command exited
     enforced: str
+    at_peak: list = field(default_factory=list)     # each process's PSS at the PSS peak, largest first
     output: str = field(repr=False, default="")
 
     @property
@@ -257,16 +258,30 @@ def _memory(pid: int) -> tuple[int, int]:
     return int(rss.group(1)) * 1024, int(pss.group(1)) * 1024
 
 
-def _sum_memory(pids) -> tuple[int, int, int]:
-    """Summed RSS, summed PSS and the number of processes that could be read."""
+def _sum_memory(pids) -> tuple[int, int, int, dict]:
+    """Summed RSS, summed PSS, the number of processes that could be read, and PSS by pid."""
     rss = pss = n = 0
+    each = {}
     for pid in pids:
         try:
             r, p = _memory(pid)
         except (OSError, AttributeError):         # gone meanwhile, or a zombie with no maps
             continue
         rss, pss, n = rss + r, pss + p, n + 1
-    return rss, pss, n
+        each[pid] = p
+    return rss, pss, n, each
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def _who(each: dict) -> list[str]:
+    """The processes at the peak, largest first: "PSS MB  command" (what to lighten, if anything)."""
+    return [f"{pss / 1e6:6.0f} MB  {cmd[:120]}" for cmd, pss in sorted(each.values(), key=lambda v: -v[1])]
 
 
 def _left_behind(box: Confinement, root_pid: int, grace: float = 10.0) -> list[str]:
@@ -301,12 +316,14 @@ def measure(command, *, cwd, env=None, limits: Limits = BINDER, timeout: float =
                                   daemon=True)
         reader.start()
         peak = peak_n = peak_pss = 0
+        at_peak: dict = {}
         watchdog = False
         while proc.poll() is None:
-            rss, pss, n = _sum_memory(box.pids(proc.pid))
+            rss, pss, n, each = _sum_memory(box.pids(proc.pid))
             if rss > peak:
                 peak, peak_n = rss, n
-            peak_pss = max(peak_pss, pss)
+            if pss > peak_pss:
+                peak_pss, at_peak = pss, {pid: (_command(pid), p) for pid, p in each.items()}
             if box.kind == "watchdog" and pss > limits.memory_bytes:     # PSS: what the kernel would charge
                 watchdog = True
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -322,6 +339,7 @@ def measure(command, *, cwd, env=None, limits: Limits = BINDER, timeout: float =
                         group_peak_bytes=box.group_peak_bytes(),
                         oom_kills=box.oom_kills(), watchdog_killed=watchdog,
                         throttled_periods=box.throttled_periods(), left_behind=left, enforced=box.describe(),
+                        at_peak=_who(at_peak),
                         output=b"".join(chunks).decode(errors="replace"))
 
 
@@ -467,12 +485,14 @@ def reuse(dest: Path) -> BinderEnv:
 
 # ---------------------------------------------------------------- running the course in it
 
-def run_lesson(env: BinderEnv, lesson: Path, limits: Limits = BINDER, timeout: float = 900) -> Measured:
-    """One lesson under nbval in the built environment, started through binder/start, confined."""
+def run_lesson(env: BinderEnv, lesson: Path, limits: Limits = BINDER, timeout: float = 900,
+               cgroup: bool = True) -> Measured:
+    """One lesson under nbval in the built environment, started through binder/start, confined
+    (``cgroup=False``: by the watchdog and one core, as on a machine where no cgroup can be made)."""
     rel = lesson.relative_to(ROOT) if lesson.is_absolute() and lesson.is_relative_to(ROOT) else lesson
     command = ["./binder/start", str(env.python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                f"--timeout={int(timeout)}", str(rel), *NBVAL]
-    return measure(command, cwd=env.repo, env=env.environ(), limits=limits, timeout=timeout)
+    return measure(command, cwd=env.repo, env=env.environ(), limits=limits, timeout=timeout, cgroup=cgroup)
 
 
 def table(rows: list[dict]) -> str:

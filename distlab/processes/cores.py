@@ -44,23 +44,56 @@ def set_cores(cores) -> None:
             pass
 
 
-def cpu_quota(cgroup: str = "/sys/fs/cgroup") -> float | None:
+def cpu_quota(cgroup: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> float | None:
     """Lesson 02: how many cores' worth of time this container may use, or None if unlimited.
 
-    Read from the control group: ``cpu.max`` ("max 100000" or "200000 100000") in cgroup
-    v2, ``cpu/cpu.cfs_quota_us`` (-1: no quota) over ``cpu/cpu.cfs_period_us`` in v1.
+    Read from the control groups: ``cpu.max`` ("max 100000" or "200000 100000") in cgroup
+    v2, ``cpu/cpu.cfs_quota_us`` (-1: no quota) over ``cpu/cpu.cfs_period_us`` in v1.  Inside
+    a container its own group is the root it sees; elsewhere (a Slurm job, a systemd slice,
+    the simulated Binder of tools/binder_sim.py) the process sits in a group further down,
+    named in ``/proc/self/cgroup``.  A quota on any group above it limits it too, so every
+    group from its own up to the root is read, and the smallest quota counts.
     """
+    v2, v1 = _own_groups(proc_cgroup)
+    quotas = []
+    for group in _up(v2):
+        try:
+            with open(os.path.join(cgroup, group, "cpu.max")) as f:
+                quota, period = f.read().split()
+            if quota != "max":
+                quotas.append(int(quota) / int(period))
+        except (OSError, ValueError):
+            pass
+    for group in _up(v1):
+        try:
+            with open(os.path.join(cgroup, "cpu", group, "cpu.cfs_quota_us")) as f:
+                quota = int(f.read())
+            with open(os.path.join(cgroup, "cpu", group, "cpu.cfs_period_us")) as f:
+                period = int(f.read())
+            if quota >= 0:
+                quotas.append(quota / period)
+        except (OSError, ValueError):
+            pass
+    return min(quotas) if quotas else None
+
+
+def _own_groups(proc_cgroup: str) -> tuple[str, str]:
+    """This process's cgroup v2 path and its v1 ``cpu`` controller's path ("" for the root)."""
+    v2 = v1 = ""
     try:
-        with open(os.path.join(cgroup, "cpu.max")) as f:
-            quota, period = f.read().split()
-        return None if quota == "max" else int(quota) / int(period)
+        with open(proc_cgroup) as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controllers == "":
+                    v2 = path.strip("/")
+                elif "cpu" in controllers.split(","):
+                    v1 = path.strip("/")
     except (OSError, ValueError):
         pass
-    try:
-        with open(os.path.join(cgroup, "cpu", "cpu.cfs_quota_us")) as f:
-            quota = int(f.read())
-        with open(os.path.join(cgroup, "cpu", "cpu.cfs_period_us")) as f:
-            period = int(f.read())
-    except (OSError, ValueError):
-        return None
-    return None if quota < 0 else quota / period
+    return v2, v1
+
+
+def _up(path: str) -> list[str]:
+    """"a/b" -> ["a/b", "a", ""]: a group and every group above it."""
+    parts = [p for p in path.split("/") if p]
+    return ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]
