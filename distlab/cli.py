@@ -1,23 +1,160 @@
-"""``distlab`` on the command line: ``distlab doctor`` (lesson 00)."""
+"""``distlab`` on the command line (lesson 00: ``doctor``; lesson 09: ``run``, ``check``, ``job``, ``bench``).
+
+Exit codes: 0 done; 1 the training (or a benchmark) failed; 2 a bad command line or run config
+(nothing was started); 130 interrupted.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+
+EXAMPLE = """\
+examples:
+  distlab check run.yaml                          is this config valid? (prints it, defaults filled in)
+  distlab run run.yaml --set training.lr=0.05     train on this machine (torchrun or horovodrun)
+  distlab run run.yaml --node-rank 1              this node's share of a multi-node run
+  distlab job slurm run.yaml -o job.sbatch        a SLURM batch script for the same run
+  distlab job azureml run.yaml -o job.yml         an Azure ML command job
+  distlab job k8s run.yaml --image REGISTRY/distlab:0.1 -o pytorchjob.yaml
+  distlab doctor                                  what this machine has and which backends work
+  distlab bench scaling                           run bench/scaling.py (prints its GOAL lines)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="distlab", description="Distributed training you can run and watch.",
+                                     epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def overrides(p):
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="change one setting, e.g. --set training.lr=0.05 (repeatable)")
+
+    p = sub.add_parser("run", help="train as a run config says, on torchrun or horovodrun",
+                       description="Train as CONFIG says: torchrun (or horovodrun) starts the ranks on this node; "
+                                   "progress lines while they train, their results at the end.")
+    p.add_argument("config", help="the run config (YAML or TOML)")
+    overrides(p)
+    p.add_argument("--node-rank", type=int, default=0, help="which node this is, 0 to launch.nodes-1 (default 0)")
+    p.add_argument("--dry-run", action="store_true", help="print the launch command and stop")
+
+    p = sub.add_parser("check", help="validate a run config and print it with every default filled in")
+    p.add_argument("config")
+    overrides(p)
+
+    p = sub.add_parser("job", help="write a ready-to-submit cluster job for a run config",
+                       description="Write a job file that runs CONFIG on a cluster: an Azure ML command job, a "
+                                   "SLURM batch script, or a Kubernetes PyTorchJob (Kubeflow).")
+    p.add_argument("target", help="azureml, slurm or k8s")
+    p.add_argument("config")
+    overrides(p)
+    p.add_argument("-o", "--output", help="where to write it (default: print it)")
+    p.add_argument("--image", default="distlab:latest", help="container image (k8s, azureml)")
+
+    p = sub.add_parser("doctor", help="what this machine has and which backends work")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = sub.add_parser("bench", help="run one of the benchmarks in bench/ (list them with no name)")
+    p.add_argument("name", nargs="?", help="e.g. scaling, collectives, memory")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="distlab", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    doc = sub.add_parser("doctor", help="what this machine has and which backends work")
-    doc.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
-    if args.command == "doctor":
-        from .doctor import format_report, report
+    args = build_parser().parse_args(argv)
+    from .config import ConfigError
 
-        rep = report()
-        print(json.dumps(rep, indent=2) if args.json else format_report(rep))
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as err:
+        print(f"distlab {args.command}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"distlab {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _load(args):
+    from .config import load
+
+    return load(args.config, args.overrides)
+
+
+def cmd_run(args) -> int:
+    from . import run
+
+    config = _load(args)
+    if args.dry_run:
+        cmd, env = run.command(config, args.node_rank)
+        print(" ".join(f"{k}={v}" for k, v in env.items()), *cmd)
+        return 0
+    return run.run(config, node_rank=args.node_rank)
+
+
+def cmd_check(args) -> int:
+    import yaml
+
+    config = _load(args)
+    print(f"# {args.config}: valid; {config.launch.world_size} ranks ({config.launch.nodes} node(s) x "
+          f"{config.launch.processes_per_node}), strategy {config.parallel.strategy}")
+    print(yaml.safe_dump(config.model_dump(), sort_keys=False), end="")
     return 0
+
+
+def cmd_job(args) -> int:
+    from . import job_files
+    from .config import ConfigError
+
+    if args.target not in job_files.TARGETS:
+        raise ConfigError(f"no job target {args.target!r}: choose one of {', '.join(job_files.TARGETS)}")
+    config = _load(args)
+    # the job runs from the folder it is submitted from: name the config relative to it
+    relative = os.path.relpath(args.config)
+    config_file = relative if not relative.startswith("..") else os.path.basename(args.config)
+    text = job_files.TARGETS[args.target](config, config_file=config_file, image=args.image)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+        print(f"distlab job: wrote {args.output} ({args.target}); submit it with: "
+              f"{job_files.SUBMIT[args.target].format(path=args.output)}")
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import format_report, report
+
+    rep = report()
+    print(json.dumps(rep, indent=2) if args.json else format_report(rep))
+    return 0
+
+
+def bench_dir() -> str:
+    """The repository's bench/ folder (benchmarks are not part of the installed package)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+def cmd_bench(args) -> int:
+    from .config import ConfigError
+
+    folder = bench_dir()
+    if not os.path.isdir(folder):
+        raise ConfigError(f"no bench/ folder next to this distlab ({folder}): benchmarks need the repository")
+    names = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py"))
+    if not args.name:
+        print("benchmarks: " + ", ".join(names))
+        return 0
+    if args.name not in names:
+        raise ConfigError(f"no benchmark {args.name!r}; there are: {', '.join(names)}")
+    code = subprocess.call([sys.executable, os.path.join(folder, f"{args.name}.py"), *args.args])
+    return 0 if code == 0 else 1
+
+
+COMMANDS = {"run": cmd_run, "check": cmd_check, "job": cmd_job, "doctor": cmd_doctor, "bench": cmd_bench}
 
 
 if __name__ == "__main__":

@@ -49,10 +49,16 @@ else
   tools/install_deepspeed.sh "$PY" >>"$LOG" 2>&1 || echo "setup: DeepSpeed is not available; lesson 08 says so and runs the rest."
 fi
 if [ "$WHAT" = test ]; then
-  if [ ! -x /usr/bin/chromium ]; then
-    echo "setup: installing Debian's chromium for the browser tests"
+  # Debian's chromium for the browser tests; sshd for the multi-node Horovod test (horovodrun
+  # reaches the second "node" over ssh); iproute2 for the network namespaces those tests make
+  NEED=""
+  [ -x /usr/bin/chromium ] || NEED="$NEED chromium"
+  [ -x /usr/sbin/sshd ] || NEED="$NEED openssh-server"
+  command -v ip >/dev/null 2>&1 || NEED="$NEED iproute2"
+  if [ -n "$NEED" ]; then
+    echo "setup: installing$NEED (apt-get)"
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $NEED >/dev/null
   fi
 fi
 echo "setup: done ($WHAT)"

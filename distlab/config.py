@@ -1,0 +1,286 @@
+"""A run config: one file that says what a training run is, for a notebook, a terminal or a cluster.
+
+Introduced in lesson 09 (from laptop to cluster).  Why a file: in a notebook a run is a call,
+``distlab.launch(data_parallel.train, world_size=2, steps=100, ...)``, and its settings live in a
+cell.  A cluster job is started by programs that never see that cell (torchrun on each node, a
+SLURM batch script, Azure ML, a Kubernetes operator), so the run must be written down: what model
+on what data, how many nodes and processes, which backend, which parallelism, batch and learning
+rate, where checkpoints and logs go.  One file, kept with the code, read the same way everywhere;
+``distlab run`` trains from it and ``distlab job`` turns it into each scheduler's job file.
+
+The schema is pydantic's: each section a model whose fields say their type, range and choices,
+with unknown keys refused, so that a mistake names the key, the value and what is allowed
+before any process starts.  YAML (safe-loaded) or TOML.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Model(Section):
+    kind: Literal["mlp", "cnn"] = "mlp"
+    width: int = Field(64, ge=1, le=65536, description="hidden units (MLP) or channels (CNN)")
+    depth: int = Field(2, ge=1, le=64, description="hidden layers (MLP)")
+
+
+class Data(Section):
+    dataset: Literal["digits"] = Field("digits", description="scikit-learn's 8x8 handwritten digits (offline)")
+    seed: int = Field(0, ge=0, description="the split and the mini-batch order: the same on every rank")
+
+
+class Training(Section):
+    steps: int = Field(50, ge=1, le=1_000_000)
+    global_batch_size: int = Field(64, ge=1, description="samples per step, over all ranks together")
+    lr: float = Field(0.1, gt=0, le=10)
+    optimizer: Literal["sgd", "momentum", "adam"] = "sgd"
+    dtype: Literal["float32", "float64"] = "float32"
+
+
+class Parallel(Section):
+    strategy: Literal["data", "zero", "fsdp", "deepspeed", "pipeline", "tensor", "3d"] = "data"
+    method: Literal["by_hand", "fused", "ddp"] = Field(
+        "ddp", description="how data parallelism averages gradients (strategy data): by hand, fused into one "
+                           "buffer, or the backend's own (DDP on torchrun, DistributedOptimizer on horovod)")
+    zero_stage: int = Field(0, ge=0, le=3, description="ZeRO stage (strategies zero: 0-2, fsdp: 3, deepspeed: 0-3)")
+    pipeline: int = Field(1, ge=1, description="pipeline stages (strategies pipeline and 3d)")
+    tensor: int = Field(1, ge=1, description="tensor-parallel ranks (strategy 3d)")
+    micro_batches: int = Field(1, ge=1, description="micro-batches per step (pipeline and 3d)")
+    schedule: Literal["gpipe", "1f1b"] = "gpipe"
+
+
+class Launch(Section):
+    backend: Literal["torchrun", "horovod"] = "torchrun"
+    nodes: int = Field(1, ge=1, le=4096)
+    processes_per_node: int = Field(2, ge=1, le=1024, description="ranks on each node (one per GPU)")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    hosts: list[str] = Field(default_factory=list, description="one address per node, the first hosts the rendezvous")
+    port: int = Field(29500, ge=1024, le=65535, description="the rendezvous port on the first node")
+    timeout: float = Field(120, gt=0, le=86400, description="seconds any collective may wait")
+    ssh_port: int = Field(22, ge=1, le=65535, description="horovodrun reaches the other nodes over ssh on this port")
+    ssh_identity_file: str | None = Field(None, description="the ssh key horovodrun uses (none: ssh's default)")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.processes_per_node
+
+
+class Checkpoint(Section):
+    dir: str | None = Field(None, description="where rank 0 saves the trained parameters (none: not saved)")
+
+
+class Logging(Section):
+    dir: str = Field("runs", description="where each run writes its records and metrics")
+    name: str = Field("run", pattern=r"^[A-Za-z0-9_.-]+$", description="the run's folder inside dir")
+
+
+class RunConfig(Section):
+    """Everything a run is; ``RunConfig.load(path)``, ``config.save(path)``, ``config.call()``."""
+    model: Model = Field(default_factory=Model)
+    data: Data = Field(default_factory=Data)
+    training: Training = Field(default_factory=Training)
+    parallel: Parallel = Field(default_factory=Parallel)
+    launch: Launch = Field(default_factory=Launch)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    logging: Logging = Field(default_factory=Logging)
+
+    @model_validator(mode="after")
+    def _fits_together(self):
+        """What no single field can check: the sizes must fit the ranks."""
+        world, p, launch = self.launch.world_size, self.parallel, self.launch
+        if launch.hosts and len(launch.hosts) != launch.nodes:
+            raise ValueError(f"launch.hosts lists {len(launch.hosts)} hosts but launch.nodes is {launch.nodes}: "
+                             "give one host per node (or none, to choose them at submission)")
+        if self.training.global_batch_size % world and p.strategy in ("data", "zero", "fsdp", "deepspeed"):
+            raise ValueError(f"training.global_batch_size {self.training.global_batch_size} does not divide "
+                             f"into {world} ranks (launch.nodes x launch.processes_per_node)")
+        if p.strategy == "zero" and p.zero_stage > 2:
+            raise ValueError("parallel.zero_stage: strategy zero is stages 0-2 written by hand; "
+                             "stage 3 is strategy fsdp (or deepspeed)")
+        if p.strategy == "3d" and world % (p.pipeline * p.tensor):
+            raise ValueError(f"parallel.pipeline x parallel.tensor = {p.pipeline * p.tensor} does not divide "
+                             f"the {world} ranks")
+        if launch.backend == "horovod" and p.strategy != "data":
+            raise ValueError(f"launch.backend horovod runs strategy data only (not {p.strategy})")
+        return self
+
+    # -- reading and writing
+    @classmethod
+    def load(cls, path: str, overrides: list[str] | None = None) -> "RunConfig":
+        """Read YAML (safe) or TOML, apply ``key=value`` overrides, validate."""
+        with open(path, "rb") as f:
+            raw = f.read()
+        try:
+            data = tomllib.loads(raw.decode()) if path.endswith(".toml") else yaml.safe_load(raw)
+        except (yaml.YAMLError, tomllib.TOMLDecodeError) as err:
+            raise ConfigError(f"{path} is not valid {'TOML' if path.endswith('.toml') else 'YAML'}: {err}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a run config is a mapping of sections (model, training, ...), "
+                              f"not a {type(data).__name__}")
+        return cls.parse(data, overrides, source=path)
+
+    @classmethod
+    def parse(cls, data: dict, overrides: list[str] | None = None, source: str = "config") -> "RunConfig":
+        data = json.loads(json.dumps(data))                         # a deep copy
+        for item in overrides or []:
+            apply_override(data, item)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise ConfigError(explain(err, source)) from None
+
+    def save(self, path: str) -> str:
+        text = (dump_toml(self.model_dump()) if path.endswith(".toml")
+                else yaml.safe_dump(self.model_dump(), sort_keys=False))
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    # -- what it runs
+    def call(self):
+        """The training function and its keyword arguments, as ``distlab.launch`` takes them."""
+        from .parallel import data_parallel, deepspeed_zero, fsdp, mesh, pipeline, tensor_parallel, zero
+
+        m, t, p = self.model, self.training, self.parallel
+        common = dict(width=m.width, steps=t.steps, lr=t.lr, seed=self.data.seed, dtype=t.dtype,
+                      global_batch_size=t.global_batch_size)
+        if p.strategy == "data":
+            return data_parallel.train, dict(common, method=p.method, model=m.kind, depth=m.depth,
+                                             optimizer=t.optimizer, record_grads_at=())
+        if p.strategy in ("zero", "fsdp", "deepspeed"):
+            fn = {"zero": zero.train, "fsdp": fsdp.train, "deepspeed": deepspeed_zero.train}[p.strategy]
+            stage = 3 if p.strategy == "fsdp" else p.zero_stage
+            return fn, dict(common, stage=stage, model=m.kind, depth=m.depth, optimizer=t.optimizer)
+        if p.strategy == "pipeline":
+            return pipeline.train, dict(common, model=m.kind, depth=m.depth, micro_batches=p.micro_batches,
+                                        schedule=p.schedule)
+        if p.strategy == "tensor":
+            return tensor_parallel.train, {k: common[k] for k in ("width", "steps", "lr", "seed", "dtype",
+                                                                   "global_batch_size")}
+        data = self.launch.world_size // (p.pipeline * p.tensor)
+        return mesh.train, dict(width=m.width, depth=m.depth, steps=t.steps, lr=t.lr, seed=self.data.seed,
+                                global_batch_size=t.global_batch_size, data=data, pipeline=p.pipeline,
+                                tensor=p.tensor, micro_batches=p.micro_batches, schedule=p.schedule)
+
+
+class ConfigError(ValueError):
+    """A run config that cannot be used; the message names the key, the value and what is allowed."""
+
+
+def explain(err: ValidationError, source: str) -> str:
+    """pydantic's errors, one line each: ``where: the value: what is allowed``."""
+    lines = [f"{source}: {len(err.errors())} problem(s) in the run config"]
+    for e in err.errors():
+        where = ".".join(str(x) for x in e["loc"]) or "(the config as a whole)"
+        if e["type"] == "extra_forbidden":
+            section = _section(e["loc"][:-1])
+            allowed = ", ".join(section.model_fields) if section else "?"
+            lines.append(f"  {where}: unknown key (allowed here: {allowed})")
+        elif e["type"] == "value_error":
+            lines.append(f"  {e['msg'].removeprefix('Value error, ')}")
+        else:
+            lines.append(f"  {where} = {e.get('input')!r}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def _section(loc):
+    model = RunConfig
+    for key in loc:
+        field = model.model_fields.get(key)
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return None
+        model = field.annotation
+    return model
+
+
+def apply_override(data: dict, item: str) -> None:
+    """``training.lr=0.05``: set one value (parsed as YAML: numbers, booleans, lists) in ``data``."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {item!r}: write it as section.key=value, e.g. training.lr=0.05")
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {item!r}: {part} is not a section")
+    try:
+        node[parts[-1]] = yaml.safe_load(value)
+    except yaml.YAMLError:
+        node[parts[-1]] = value
+
+
+def dump_toml(data: dict) -> str:
+    """The config as TOML (sections of scalars and lists: all a run config holds)."""
+    def value(v):
+        if v is None:
+            return None
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(str(v))
+
+    out = []
+    for section, fields in data.items():
+        out.append(f"[{section}]")
+        out += [f"{k} = {value(v)}" for k, v in fields.items() if v is not None]   # TOML has no null
+        out.append("")
+    return "\n".join(out)
+
+
+def from_launch(fn, world_size: int, **kwargs) -> RunConfig:
+    """Lesson 09: the config of a notebook's ``distlab.launch(fn, world_size, **kwargs)`` call.
+
+    Only runs a config can describe: the strategies of ``RunConfig.call``.  Lets every lesson's
+    run be saved as a file (``from_launch(...).save("run.yaml")``) and started again from a terminal.
+    """
+    from .parallel import data_parallel, deepspeed_zero, fsdp, mesh, pipeline, tensor_parallel, zero
+
+    strategies = {data_parallel.train: "data", zero.train: "zero", fsdp.train: "fsdp",
+                  deepspeed_zero.train: "deepspeed", pipeline.train: "pipeline",
+                  tensor_parallel.train: "tensor", mesh.train: "3d"}
+    if fn not in strategies:
+        raise ConfigError(f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', fn)} has no run config: "
+                          f"configs describe {', '.join(f'{f.__module__}.train' for f in strategies)}")
+    kw = dict(kwargs)
+    launch = {k: kw.pop(k) for k in ("backend", "device", "timeout") if k in kw}
+    section = {"model": {}, "data": {}, "training": {}, "parallel": {"strategy": strategies[fn]}}
+    where = {"model": ("model", "kind"), "width": ("model", "width"), "depth": ("model", "depth"),
+             "seed": ("data", "seed"), "steps": ("training", "steps"), "lr": ("training", "lr"),
+             "global_batch_size": ("training", "global_batch_size"), "optimizer": ("training", "optimizer"),
+             "dtype": ("training", "dtype"), "method": ("parallel", "method"),
+             "stage": ("parallel", "zero_stage"), "pipeline": ("parallel", "pipeline"),
+             "tensor": ("parallel", "tensor"), "micro_batches": ("parallel", "micro_batches"),
+             "schedule": ("parallel", "schedule")}
+    for key, val in kw.items():
+        if key in ("record_grads_at", "progress", "warm", "data"):
+            continue
+        if key not in where:
+            raise ConfigError(f"{key}={val!r} has no place in a run config (its keys: {', '.join(where)})")
+        sec, name = where[key]
+        section[sec][name] = val
+    if section["parallel"]["strategy"] == "fsdp":
+        section["parallel"].pop("zero_stage", None)
+    section["launch"] = dict(launch, processes_per_node=world_size)
+    return RunConfig.parse(section, source=f"launch({fn.__name__})")
+
+
+def load(path: str, overrides: list[str] | None = None) -> RunConfig:
+    """Lesson 09: read and check a run config (``distlab run CONFIG`` and ``distlab.launch(config=...)``)."""
+    if not os.path.exists(path):
+        raise ConfigError(f"no run config at {path}")
+    return RunConfig.load(path, overrides)

@@ -1,0 +1,60 @@
+"""One rank of a run config's training: what every scheduler starts (lesson 09).
+
+``python -m distlab.processes.config_rank CONFIG``.  Whoever starts it sets the rank's place in
+the job in the environment: torchrun (``distlab run``, a SLURM job, a Kubernetes PyTorchJob) and
+Azure ML's PyTorch distribution set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT;
+horovodrun (and Azure ML's MPI distribution) set Horovod's.  The rank reads the config itself,
+so nothing but the config file has to reach a node, joins the job (the backend's
+``start_worker``, with the config's device and collective timeout), runs the training function
+``RunConfig.call`` names, and saves its record in the run's folder on its own node.  A failure
+is written to ``error_<rank>.json`` there (``distlab run`` names the rank from it) and ends the
+rank with a non-zero code, which the launcher turns into stopping the others.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+from ..config import load
+from .rank import save_atomically
+from .worker import backend_module
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m distlab.processes.config_rank CONFIG", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)      # told to stop: stop at once
+    config = load(argv[0])
+    folder = os.path.abspath(os.path.join(config.logging.dir, config.logging.name))
+    os.makedirs(folder, exist_ok=True)
+    fn, kwargs = config.call()
+    worker = None
+    try:
+        worker = backend_module(config.launch.backend).start_worker(config.launch.device, config.launch.timeout,
+                                                                    run_dir=folder)
+        record = fn(worker, **kwargs)
+        save_atomically(record, os.path.join(folder, f"record_{worker.rank}.pt"))
+        return 0
+    except BaseException as err:
+        rank = worker.rank if worker is not None else os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "?"))
+        with open(os.path.join(folder, f"error_{rank}.json.tmp"), "w") as f:
+            json.dump({"rank": rank, "time": time.time(), "type": type(err).__name__, "message": str(err),
+                       "traceback": traceback.format_exc()}, f)
+        os.replace(os.path.join(folder, f"error_{rank}.json.tmp"), os.path.join(folder, f"error_{rank}.json"))
+        raise
+    finally:
+        if worker is not None:
+            try:
+                worker.stop()
+            except Exception:                      # a broken peer must not hide the first error
+                pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""``distlab run CONFIG``: the training a run config describes, started by torchrun or horovodrun.
+
+Introduced in lesson 09 (from laptop to cluster).  A notebook's ``distlab.launch`` keeps warm
+ranks and draws widgets; a cluster has neither, and starts jobs with the engines built for it.
+So this module does not launch anything of its own: it saves the config (``--set`` overrides
+applied) into the run's folder and hands it to **torchrun** (``python -m torch.distributed.run``)
+or **horovodrun**, whose ranks each run ``processes/config_rank.py`` on it: read the config, join
+the job, train, save the record.  Every scheduler (SLURM, Azure ML, Kubernetes: ``job_files``)
+starts the same rank program.  While the ranks train this shows a progress line for the ranks on
+this node; afterwards it reads their records and prints what they reached.
+
+On several nodes the same command runs on every node (``--node-rank``, usually from the
+scheduler: ``$SLURM_NODEID``, ``$NODE_RANK``).  torchrun's **c10d rendezvous** then meets on the
+first node: each node's torchrun connects to ``hosts[0]:port``, they agree on the group, and
+global ranks are handed out node by node.  Each node writes the config into its own copy of the
+run's folder, so nothing needs a shared file system; each rank's record lands on its node.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+
+from .config import ConfigError, RunConfig
+from .processes.checks import bind_arguments
+from .processes.progress import ProgressReader, describe
+
+
+def run_dir(config: RunConfig) -> str:
+    return os.path.abspath(os.path.join(config.logging.dir, config.logging.name))
+
+
+def interface_of(address: str) -> str | None:
+    """The network interface that carries ``address`` on this machine (None: not one of ours).
+
+    gloo must be told which interface to talk on (``GLOO_SOCKET_IFNAME``): left alone it picks
+    the one the host name resolves to, often loopback, and the other nodes cannot reach it.
+    """
+    try:
+        ip = socket.gethostbyname(address)
+    except OSError:
+        return None
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == ip for a in addrs):
+            return name
+    return None
+
+
+def torchrun_command(config: RunConfig, node_rank: int = 0) -> tuple[list[str], dict]:
+    """Lesson 09: the torchrun line (and environment) that runs ``config`` on node ``node_rank``."""
+    launch = config.launch
+    entry = ["-m", "distlab.processes.config_rank", config_path(config)]
+    base = [sys.executable, "-m", "torch.distributed.run"]
+    if launch.nodes == 1:
+        flags = ["--nnodes=1", f"--nproc-per-node={launch.processes_per_node}", "--master-addr=127.0.0.1",
+                 f"--master-port={launch.port}"]
+        return [*base, *flags, "--max-restarts=0", "--monitor-interval=0.1", *entry], {}
+    if not launch.hosts:
+        raise ConfigError("launch.hosts must name every node for a multi-node run (the first hosts the rendezvous)")
+    if not 0 <= node_rank < launch.nodes:
+        raise ConfigError(f"--node-rank {node_rank} is not a node of this run: nodes are 0 to {launch.nodes - 1}")
+    me = launch.hosts[node_rank]
+    flags = [f"--nnodes={launch.nodes}", f"--nproc-per-node={launch.processes_per_node}",
+             "--rdzv-backend=c10d", f"--rdzv-endpoint={launch.hosts[0]}:{launch.port}",
+             f"--rdzv-id={config.logging.name}",
+             # who hosts the rendezvous store: the first node; torchrun's own guess compares host
+             # names, which fails when every node's name resolves to 127.0.0.1
+             f"--rdzv-conf=is_host={1 if node_rank == 0 else 0}",
+             f"--local-addr={me}"]
+    env = {}
+    interface = interface_of(me)
+    if interface and interface != "lo":
+        env["GLOO_SOCKET_IFNAME"] = interface
+    return [*base, *flags, "--max-restarts=0", "--monitor-interval=0.1", *entry], env
+
+
+def horovodrun_command(config: RunConfig) -> tuple[list[str], dict]:
+    """Lesson 09: the horovodrun line for ``config``: started once, on the first node, it starts
+    every rank itself (on other nodes over ssh)."""
+    from .processes.horovod_backend import LOOPBACK
+
+    launch = config.launch
+    horovodrun = shutil.which("horovodrun") or os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    if launch.nodes == 1:
+        hosts, interface = f"localhost:{launch.world_size}", LOOPBACK
+    else:
+        if not launch.hosts:
+            raise ConfigError("launch.hosts must name every node for a multi-node run")
+        hosts = ",".join(f"{h}:{launch.processes_per_node}" for h in launch.hosts)
+        interface = interface_of(launch.hosts[0]) or LOOPBACK
+    ssh = []
+    if launch.nodes > 1:
+        ssh = ["--ssh-port", str(launch.ssh_port)]
+        if launch.ssh_identity_file:
+            ssh += ["--ssh-identity-file", launch.ssh_identity_file]
+    cmd = [horovodrun, "-np", str(launch.world_size), "--gloo", "-H", hosts, "--network-interfaces", interface,
+           *ssh, sys.executable, "-m", "distlab.processes.config_rank", config_path(config)]
+    return cmd, {}
+
+
+def command(config: RunConfig, node_rank: int = 0) -> tuple[list[str], dict]:
+    if config.launch.backend == "horovod":
+        return horovodrun_command(config)
+    return torchrun_command(config, node_rank)
+
+
+def config_path(config: RunConfig) -> str:
+    return os.path.join(run_dir(config), "config.yaml")
+
+
+def prepare(config: RunConfig) -> str:
+    """A fresh run folder holding the config the ranks will read; returns the folder."""
+    folder = run_dir(config)
+    if os.path.isdir(folder):
+        shutil.rmtree(folder)
+    os.makedirs(folder)
+    config.save(config_path(config))
+    return folder
+
+
+def run(config: RunConfig, node_rank: int = 0, stream=None) -> int:
+    """Lesson 09: train as ``config`` says, on this node; return the exit code (0: every local rank finished).
+
+    Ctrl-C stops torchrun (and so every rank on this node) and returns 130.
+    """
+    stream = stream or sys.stdout
+    if config.launch.backend == "horovod" and node_rank != 0:
+        print(f"node {node_rank}: nothing to start here: horovodrun, on the first node, starts every rank",
+              file=stream)
+        return 0
+    fn, kwargs = config.call()
+    try:                                    # what the notebook launcher checks, before any process starts
+        bind_arguments(fn, config.launch.world_size, kwargs)
+    except ValueError as err:
+        raise ConfigError(f"this run cannot start: {err}") from None
+    cmd, extra_env = command(config, node_rank)
+    folder = prepare(config)
+    log_path = os.path.join(folder, f"launcher_node{node_rank}.log")
+    print(f"distlab run: {config.parallel.strategy} parallelism, {config.launch.nodes} node(s) x "
+          f"{config.launch.processes_per_node} ranks on {config.launch.backend}; this is node {node_rank}",
+          file=stream)
+    print("  " + " ".join(cmd), file=stream, flush=True)
+    started = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env={**os.environ, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        reader = ProgressReader(folder, config.launch.world_size)
+        last = 0.0
+        try:
+            while proc.poll() is None:
+                if reader.poll() and time.time() - last >= 1.0:
+                    last = time.time()
+                    print("  " + " | ".join(f"rank {r}: {describe(p)}" for r, p in enumerate(reader.latest)
+                                            if p is not None), file=stream, flush=True)
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+            print("  interrupted: every rank on this node was stopped", file=stream)
+            return 130
+    return _report(config, folder, proc.returncode, time.time() - started, log_path, stream)
+
+
+def _report(config, folder, code, seconds, log_path, stream) -> int:
+    import torch
+
+    errors = sorted(f for f in os.listdir(folder) if f.startswith("error_"))
+    if code != 0 or errors:
+        for name in errors:
+            with open(os.path.join(folder, name)) as f:
+                err = json.load(f)
+            print(f"rank {err['rank']} failed: {err['type']}: {err['message']}", file=stream)
+        with open(log_path) as f:
+            tail = f.read()[-3000:]
+        print(f"distlab run: failed (exit {code}); the launcher's log, {log_path}, ends:\n{tail}", file=stream)
+        return 1
+    records = {rec.rank: rec for rec in _records(folder)}
+    summary = {"seconds": round(seconds, 2), "ranks_here": sorted(records),
+               "final_loss": {r: rec.losses[-1] for r, rec in records.items() if rec.steps},
+               "test_accuracy": {r: rec.test_accuracy for r, rec in records.items()}}
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    for r, rec in sorted(records.items()):
+        loss = f"final loss {rec.losses[-1]:.4f}" if rec.steps else "no steps recorded"
+        print(f"  rank {r}: {len(rec.steps)} steps, {loss}, test accuracy {rec.test_accuracy:.3f}", file=stream)
+    if config.checkpoint.dir and 0 in records:
+        os.makedirs(config.checkpoint.dir, exist_ok=True)
+        path = os.path.join(config.checkpoint.dir, f"{config.logging.name}.pt")
+        torch.save(records[0].params, path)
+        print(f"  rank 0's parameters saved to {path}", file=stream)
+    print(f"distlab run: done in {seconds:.1f} s; records in {folder}", file=stream)
+    return 0
+
+
+def _records(folder: str) -> list:
+    import torch
+
+    found = [n for n in os.listdir(folder) if n.startswith("record_") and n.endswith(".pt")]
+    return sorted((torch.load(os.path.join(folder, n), weights_only=False) for n in found), key=lambda r: r.rank)
+
+
+def records(config: RunConfig) -> list:
+    """Lesson 09: the records this node's ranks left (``distlab run`` or a job), in rank order."""
+    return _records(run_dir(config))

@@ -1,0 +1,89 @@
+"""Lesson 09: the `distlab` command: run, check, job, doctor, bench; its help and its exit codes."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import distlab
+from distlab import config as cfg
+from distlab import run
+
+CLI = [sys.executable, "-m", "distlab.cli"]
+
+
+def distlab_cli(*args, cwd=None, timeout=300):
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def small(tmp_path, **launch):
+    c = cfg.RunConfig.parse({"model": {"width": 16}, "training": {"steps": 6, "global_batch_size": 32, "lr": 0.2},
+                             "parallel": {"method": "by_hand"},
+                             "launch": {"processes_per_node": 2, "port": 29683, **launch},
+                             "logging": {"dir": str(tmp_path / "runs"), "name": "cli"}})
+    return c.save(str(tmp_path / "run.yaml"))
+
+
+@pytest.mark.parametrize("backend", ["torchrun", pytest.param("horovod", marks=pytest.mark.horovod)])
+def test_distlab_run_trains_what_the_notebook_launcher_trains(tmp_path, backend):
+    path = small(tmp_path, backend=backend)
+    out = distlab_cli("run", path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "rank 1: 6 steps" in out.stdout and "done in" in out.stdout
+    records = run.records(cfg.load(path))
+    fn, kwargs = cfg.load(path).call()
+    notebook = distlab.launch(fn, 2, backend=backend, progress="none", warm=False, **kwargs)
+    for mine, theirs in zip(records, notebook):
+        assert distlab.max_param_difference(mine.params, theirs.params) == 0.0
+        assert mine.losses == theirs.losses
+
+
+def test_set_overrides_and_dry_run(tmp_path):
+    path = small(tmp_path)
+    out = distlab_cli("run", path, "--set", "launch.processes_per_node=4", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "--nproc-per-node=4" in out.stdout and "distlab.processes.config_rank" in out.stdout
+    check = distlab_cli("check", path, "--set", "training.lr=0.05")
+    assert check.returncode == 0 and "lr: 0.05" in check.stdout and "valid; 2 ranks" in check.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--set", "training.lr=fast"], "training.lr = 'fast': Input should be a valid number"),
+    (["--set", "launch.nodes=2"], "launch.hosts must name every node"),
+    (["--set", "launch.nodes=2", "--set", "launch.hosts=[10.0.0.1,10.0.0.2]", "--node-rank", "5"],
+     "--node-rank 5 is not a node of this run: nodes are 0 to 1"),
+    (["--set", "parallel.strategy=pipeline", "--set", "model.depth=1", "--set", "launch.processes_per_node=4"],
+     "this run cannot start"),
+])
+def test_bad_input_exits_2_with_one_clear_message_and_starts_nothing(tmp_path, args, message):
+    path = small(tmp_path)
+    out = distlab_cli("run", path, *args)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr
+    assert not os.path.exists(tmp_path / "runs" / "cli"), "nothing may start for a bad config"
+
+
+def test_a_failed_run_exits_1_naming_the_problem(tmp_path):
+    path = small(tmp_path)
+    with socket.socket() as busy:                    # the rendezvous port is taken
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = distlab_cli("run", path, "--set", f"launch.port={port}")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "distlab run: failed" in out.stdout
+
+
+def test_help_doctor_and_bench():
+    top = distlab_cli("--help")
+    assert top.returncode == 0 and all(c in top.stdout for c in ("run", "check", "job", "doctor", "bench"))
+    for command in ("run", "check", "job", "doctor", "bench"):
+        assert distlab_cli(command, "--help").returncode == 0
+    assert distlab_cli().returncode == 2                              # no command: usage, exit 2
+    listed = distlab_cli("bench")
+    assert listed.returncode == 0 and "scaling" in listed.stdout and "binder" in listed.stdout
+    unknown = distlab_cli("bench", "nope")
+    assert unknown.returncode == 2 and "no benchmark 'nope'" in unknown.stderr
+    doctor = distlab_cli("doctor", "--json")
+    assert doctor.returncode == 0 and '"cpu_cores"' in doctor.stdout

@@ -1,0 +1,99 @@
+"""Lesson 09: the run config (distlab/config.py): read, checked, saved, and turned into a training call."""
+import pytest
+
+from distlab import config as cfg
+from distlab.config import ConfigError, RunConfig
+from distlab.parallel import data_parallel, fsdp, mesh, pipeline, zero
+
+
+def write(tmp_path, text, name="run.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_yaml_config_is_read_and_becomes_a_launch_call(tmp_path):
+    path = write(tmp_path, """
+model: {kind: mlp, width: 32}
+training: {steps: 7, global_batch_size: 48, lr: 0.05}
+parallel: {strategy: data, method: by_hand}
+launch: {processes_per_node: 3}
+""")
+    c = cfg.load(path)
+    assert c.launch.world_size == 3 and c.model.depth == 2          # unset keys take their defaults
+    fn, kwargs = c.call()
+    assert fn is data_parallel.train
+    assert kwargs["width"] == 32 and kwargs["method"] == "by_hand" and kwargs["global_batch_size"] == 48
+
+
+def test_toml_and_yaml_round_trip(tmp_path):
+    c = RunConfig.parse({"parallel": {"strategy": "3d", "pipeline": 2}, "launch": {"nodes": 2}})
+    for name in ("a.yaml", "a.toml"):
+        again = cfg.load(c.save(str(tmp_path / name)))
+        assert again == c
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["training.lr=-1"], "training.lr = -1: Input should be greater than 0"),
+    (["training.optimizer=lamb"], "training.optimizer = 'lamb': Input should be 'sgd', 'momentum' or 'adam'"),
+    (["training.learning_rate=0.1"], "training.learning_rate: unknown key (allowed here: steps, global_batch_size, "
+                                     "lr, optimizer, dtype)"),
+    (["optimiser.lr=0.1"], "optimiser: unknown key (allowed here: model, data, training, parallel, launch, "
+                           "checkpoint, logging)"),
+    (["training.global_batch_size=50", "launch.processes_per_node=4"],
+     "training.global_batch_size 50 does not divide into 4 ranks"),
+    (["launch.nodes=2", "launch.hosts=[a]"], "launch.hosts lists 1 hosts but launch.nodes is 2"),
+    (["launch.backend=horovod", "parallel.strategy=pipeline"], "launch.backend horovod runs strategy data only"),
+    (["parallel.strategy=zero", "parallel.zero_stage=3"], "stage 3 is strategy fsdp"),
+    (["launch.port=80"], "launch.port = 80: Input should be greater than or equal to 1024"),
+    (["model.width=wide"], "model.width = 'wide': Input should be a valid integer"),
+])
+def test_every_bad_value_is_named_with_what_is_allowed(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        RunConfig.parse({}, overrides)
+    assert message in str(err.value)
+
+
+def test_malformed_files_get_one_clear_message(tmp_path):
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        cfg.load(write(tmp_path, "model: {kind: mlp\n"))
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        cfg.load(write(tmp_path, "[model\n", "bad.toml"))
+    with pytest.raises(ConfigError, match="a mapping of sections"):
+        cfg.load(write(tmp_path, "- 1\n- 2\n"))
+    with pytest.raises(ConfigError, match="no run config at"):
+        cfg.load(str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="write it as section.key=value"):
+        RunConfig.parse({}, ["training.lr"])
+
+
+def test_a_yaml_file_cannot_run_code(tmp_path):
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        cfg.load(write(tmp_path, "model: !!python/object/apply:os.system ['echo hi']\n"))
+
+
+@pytest.mark.parametrize("fn,kwargs,strategy", [
+    (data_parallel.train, dict(method="ddp", steps=5, global_batch_size=64, lr=0.1), "data"),
+    (zero.train, dict(stage=2, optimizer="adam", width=256, steps=3), "zero"),
+    (fsdp.train, dict(optimizer="adam", steps=3), "fsdp"),
+    (pipeline.train, dict(micro_batches=4, schedule="1f1b", depth=3), "pipeline"),
+    (mesh.train, dict(data=1, pipeline=2, tensor=1, depth=3), "3d"),
+])
+def test_a_notebook_launch_is_saved_as_a_config_that_gives_the_same_call(tmp_path, fn, kwargs, strategy):
+    c = cfg.from_launch(fn, 2, **kwargs)
+    assert c.parallel.strategy == strategy
+    again = cfg.load(c.save(str(tmp_path / "run.yaml")))
+    fn2, kwargs2 = again.call()
+    assert fn2 is fn
+    for key, value in kwargs.items():
+        if key not in ("data",):
+            assert kwargs2[{"stage": "stage"}.get(key, key)] == value, key
+
+
+def test_a_launch_a_config_cannot_describe_is_refused():
+    from distlab.parallel import local_sgd
+
+    with pytest.raises(ConfigError, match="has no run config"):
+        cfg.from_launch(local_sgd.train, 2, k=4)
+    with pytest.raises(ConfigError, match="straggler=.* has no place in a run config"):
+        cfg.from_launch(data_parallel.train, 2, straggler=(1, 0.1))
