@@ -123,3 +123,40 @@ def ssh_server(nodes: Nodes, node: int, folder: str, port: int = 2222):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def run_config(nodes: Nodes, config, folder: str, timeout: float = 300) -> tuple[list, list[str]]:
+    """Lesson 09: ``distlab run`` on both nodes at once, as a scheduler would start it (torchrun).
+
+    Each node gets its own copy of ``config`` (the nodes' addresses as ``launch.hosts``, its own
+    log folder: nothing shared but the files this machine has anyway).  Returns every rank's
+    record, in rank order, and each node's output.
+    """
+    import sys
+
+    from .config import RunConfig
+    from .run import records
+
+    data = config.model_dump()
+    data["launch"].update(nodes=2, hosts=list(nodes.addresses))
+    configs, runs = [], []
+    for node in range(2):
+        data["logging"]["dir"] = os.path.join(folder, f"node{node}")
+        mine = RunConfig.parse(data)
+        path = mine.save(os.path.join(folder, f"node{node}.yaml"))
+        configs.append(mine)
+        runs.append(subprocess.Popen(nodes.command(node, [sys.executable, "-m", "distlab.cli", "run", path,
+                                                          "--node-rank", str(node)]),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in runs]
+    finally:
+        for p in runs:
+            if p.poll() is None:
+                p.kill()
+    failed = [n for n, p in enumerate(runs) if p.returncode != 0]
+    if failed:
+        raise RuntimeError(f"distlab run failed on node(s) {failed}:\n" + "\n".join(o[-2000:] for o in outputs))
+    found = [r for c in configs for r in records(c)]
+    return sorted(found, key=lambda r: r.rank), outputs

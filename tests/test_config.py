@@ -97,3 +97,21 @@ def test_a_launch_a_config_cannot_describe_is_refused():
         cfg.from_launch(local_sgd.train, 2, k=4)
     with pytest.raises(ConfigError, match="straggler=.* has no place in a run config"):
         cfg.from_launch(data_parallel.train, 2, straggler=(1, 0.1))
+
+
+def test_the_notebook_launcher_takes_a_config(tmp_path):
+    import distlab
+
+    c = RunConfig.parse({"model": {"width": 16}, "training": {"steps": 3, "global_batch_size": 32},
+                         "parallel": {"method": "by_hand"}, "launch": {"processes_per_node": 2}})
+    path = c.save(str(tmp_path / "run.yaml"))
+    fn, kwargs = c.call()
+    direct = distlab.launch(fn, 2, progress="none", **kwargs)
+    for via in (path, c):
+        records = distlab.launch(config=via, progress="none")
+        assert [r.losses for r in records] == [r.losses for r in direct]
+    assert distlab.launch(config=c, progress="none", steps=2)[0].config["steps"] == 2     # keywords override
+    with pytest.raises(ValueError, match="not both"):
+        distlab.launch(fn, config=c)
+    with pytest.raises(ValueError, match="start `distlab run CONFIG --node-rank N` on each node"):
+        distlab.launch(config=RunConfig.parse({"launch": {"nodes": 2}, "training": {"global_batch_size": 64}}))

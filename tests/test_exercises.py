@@ -57,6 +57,10 @@ CASES = {
     "08 smallest stage": (ex.smallest_stage_that_fits, dict(params=7e9, world_size=8, budget_gb=80), 1, 3,
                           "does a lower one"),
     "08 ZeRO-3 traffic": (ex.zero3_traffic_ratio, {}, 1.5, 1.0, "gathers the parameters a second time"),
+    "09 global rank": (ex.global_rank, dict(node=2, local_rank=3, processes_per_node=8), 19, 3,
+                       "that is its local rank"),
+    "09 fix the config": (ex.fix_the_config, {}, ["training.global_batch_size=96"],
+                          ["launch.processes_per_node=5"], "keep the 2 nodes x 4 processes"),
 }
 
 
@@ -82,3 +86,10 @@ def test_solutions_match_the_lessons_own_numbers():
     """The solutions above are the numbers the lessons' settings give (not typed in twice)."""
     assert cost_model.bytes_per_rank("ring", 4, 8970)[0] == 53_820
     assert DIGITS.n_train == 1438 and 4 * 8970 == NBYTES
+
+
+def test_a_config_fix_that_is_still_refused_says_why(capsys):
+    assert ex.fix_the_config(["training.global_batch_size=98"]) is False
+    assert "does not divide into 8 ranks" in capsys.readouterr().out
+    assert ex.fix_the_config(["training.global_batch_size=64"]) is False
+    assert "stay within 10% of 100" in capsys.readouterr().out

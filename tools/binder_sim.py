@@ -97,6 +97,7 @@ class Confinement:
     def __enter__(self):
         if self.limits.memory_bytes is None and self.limits.cpus is None:
             return self
+        _remove_stale_groups()
         try:
             if not self.cgroup:
                 raise OSError("cgroups not used (cgroup=False)")
@@ -214,6 +215,18 @@ class Confinement:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _remove_stale_groups():
+    """Empty groups left by a run that was killed before it could remove them (its pid is gone)."""
+    for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu"):
+        for d in Path(base).glob("distlab-binder-*"):
+            owner = d.name.split("-")[2]
+            if owner.isdigit() and not psutil.pid_exists(int(owner)):
+                try:
+                    d.rmdir()                     # refused (and left) while a process is inside
+                except OSError:
+                    pass
 
 
 # ---------------------------------------------------------------- measuring one run

@@ -19,6 +19,8 @@ import sys
 import time
 import traceback
 
+import torch
+
 from ..config import load
 from .rank import save_atomically
 from .worker import backend_module
@@ -34,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = os.path.abspath(os.path.join(config.logging.dir, config.logging.name))
     os.makedirs(folder, exist_ok=True)
     fn, kwargs = config.call()
+    # one intra-op thread unless told otherwise, as distlab.launch does (torchrun sets
+    # OMP_NUM_THREADS=1 only when a node runs several ranks): the same run gives the same sums
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     worker = None
     try:
         worker = backend_module(config.launch.backend).start_worker(config.launch.device, config.launch.timeout,

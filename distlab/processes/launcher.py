@@ -29,6 +29,22 @@ from .progress import ProgressReader, in_notebook, make_progress
 from .worker import DEFAULT_TIMEOUT, backend_module, choose_device
 
 
+def _from_config(fn, config, kwargs):
+    """What ``launch(config=...)`` runs: the config's training call, on its ranks."""
+    from ..config import RunConfig, load
+
+    if fn is not None:
+        raise ValueError("give launch() a training function or a config, not both")
+    if not isinstance(config, RunConfig):
+        config = load(str(config))
+    if config.launch.nodes != 1:
+        raise ValueError(f"this config runs on {config.launch.nodes} nodes; a notebook launches on one: "
+                         "start `distlab run CONFIG --node-rank N` on each node instead")
+    fn, settings = config.call()
+    return (fn, config.launch.world_size, config.launch.backend, config.launch.device, config.launch.timeout,
+            {**settings, **kwargs})
+
+
 class WorkerError(RuntimeError):
     """A worker failed. ``rank`` names it; ``remote_traceback`` is its traceback when it had one."""
 
@@ -40,7 +56,7 @@ class WorkerError(RuntimeError):
         super().__init__(text)
 
 
-def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = "auto",
+def launch(fn=None, world_size: int = 2, *, config=None, backend: str = "torchrun", device: str = "auto",
            port: int | None = None, timeout: float = DEFAULT_TIMEOUT, threads: int = 1,
            progress: str = "auto", title: str | None = None, bind_cores: bool = True,
            warm: bool | str = "auto", **kwargs) -> list:
@@ -53,7 +69,16 @@ def launch(fn, world_size: int = 2, *, backend: str = "torchrun", device: str = 
     next launch (True), or start fresh ones and stop them afterwards (False); ``"auto"``:
     warm in a notebook, cold in a script (``DISTLAB_WARM=1`` or ``0`` decides instead).
     Raises ``WorkerError`` naming the failed rank.
+
+    ``config`` (lesson 09): a run config, or the path of one, instead of ``fn``: it names the
+    training function and its settings, the world size, backend, device and timeout (one node;
+    ``distlab run`` takes it to several).  Keyword arguments still override its settings.
     """
+    if config is not None:
+        fn, world_size, backend, device, timeout, kwargs = _from_config(fn, config, kwargs)
+    if fn is None:
+        raise ValueError("launch() needs a training function, e.g. launch(data_parallel.train, 2, ...), "
+                         "or a run config: launch(config='run.yaml')")
     check_int("world_size", world_size)
     chosen = backend_module(backend)
     chosen.check_available()

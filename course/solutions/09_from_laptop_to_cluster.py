@@ -1,0 +1,47 @@
+# %% [markdown]
+# # Lesson 09 · solutions
+#
+# The exercises of `notebooks/09_from_laptop_to_cluster.ipynb` with their answers filled in,
+# checked by the same checkers as in the lesson.
+
+# %%
+from distlab import exercises
+from distlab import config as run_config
+from distlab import run
+
+# %% [markdown]
+# **1. The global rank of local rank 3 on the node that joined as node 2, 8 processes per node.**
+# torchrun hands out global ranks node by node: nodes 0 and 1 hold ranks 0 to 15, so node 2's
+# ranks are 16 to 23, and its local rank 3 is global rank 2 x 8 + 3 = 19.
+
+# %%
+my_rank = 2 * 8 + 3
+
+assert exercises.global_rank(my_rank, node=2, local_rank=3, processes_per_node=8)
+
+# %% [markdown]
+# The same from torchrun's own numbers: a 4-node config's command on node 2 says
+# `--nnodes=4 --nproc-per-node=8`; torchrun sets RANK = GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK.
+
+# %%
+four = run_config.RunConfig.parse({"training": {"global_batch_size": 64},
+                                   "launch": {"nodes": 4, "processes_per_node": 8,
+                                              "hosts": ["n0", "n1", "n2", "n3"]}})
+cmd, _ = run.command(four, 2)
+print([a for a in cmd if a.startswith(("--nnodes", "--nproc-per-node", "--local-addr"))])
+
+# %% [markdown]
+# **2. Fix the config.** Its batch of 100 does not divide into 2 x 4 = 8 ranks. The nearest
+# batches that do are 96 and 104 (12 or 13 samples per rank); either is within 10% of 100.
+
+# %%
+my_overrides = ["training.global_batch_size=96"]
+
+assert exercises.fix_the_config(my_overrides)
+
+# %% [markdown]
+# Changing the ranks instead (say 2 x 5 = 10, which divides 100) would also make the config
+# valid, but the exercise keeps the hardware: the checker says so.
+
+# %%
+assert exercises.fix_the_config(["launch.processes_per_node=5"]) is False
