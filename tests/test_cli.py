@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import distlab
 from distlab import config as cfg
@@ -28,10 +29,12 @@ def small(tmp_path, **launch):
 @pytest.mark.parametrize("backend", ["torchrun", pytest.param("horovod", marks=pytest.mark.horovod)])
 def test_distlab_run_trains_what_the_notebook_launcher_trains(tmp_path, backend):
     path = small(tmp_path, backend=backend)
-    out = distlab_cli("run", path)
+    out = distlab_cli("run", path, "--set", f"checkpoint.dir={tmp_path / 'ckpt'}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "rank 1: 6 steps" in out.stdout and "done in" in out.stdout
     records = run.records(cfg.load(path))
+    saved = torch.load(tmp_path / "ckpt" / "cli.pt")                 # rank 0's trained parameters
+    assert distlab.max_param_difference(saved, records[0].params) == 0.0
     fn, kwargs = cfg.load(path).call()
     notebook = distlab.launch(fn, 2, backend=backend, progress="none", warm=False, **kwargs)
     for mine, theirs in zip(records, notebook):
