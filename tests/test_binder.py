@@ -27,6 +27,7 @@ import binder_sim  # noqa: E402
 
 REPORT = []          # lines for the "binder simulation" section of the terminal summary (conftest.py)
 MB = 1024**2
+BUILD_ONLY = {"cmake"}          # pinned for Binder's postBuild, absent here when Horovod was not rebuilt
 
 
 def pins():
@@ -38,7 +39,12 @@ def test_binder_pins_every_requirement_to_the_version_the_tests_use():
     found = pins()
     assert {"torch", "numpy", "scikit-learn", "ipywidgets", "jupyterlab", "ipykernel"} <= set(found)
     for name, version in found.items():
-        installed = importlib.metadata.version(name)
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            # only Binder's Horovod build needs cmake; here Horovod may come from the wheel cache
+            assert name in BUILD_ONLY, f"binder/requirements.txt pins {name}, which the tests do not have"
+            continue
         if name == "torch":              # Binder takes the CPU build; a GPU machine's tests may not
             assert installed.split("+")[0] == version.split("+")[0], (name, installed, version)
         else:
