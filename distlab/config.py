@@ -280,7 +280,7 @@ def from_launch(fn, world_size: int, **kwargs) -> RunConfig:
 
 
 def load(path: str, overrides: list[str] | None = None) -> RunConfig:
-    """Lesson 09: read and check a run config (``distlab run CONFIG`` and ``distlab.launch(config=...)``)."""
+    """Lesson 09: read and check a run config (``distlab run CONFIG`` and ``distlab.launch(path)``)."""
     if not os.path.exists(path):
         raise ConfigError(f"no run config at {path}")
     return RunConfig.load(path, overrides)

@@ -70,11 +70,11 @@ for mistakes in (["training.learning_rate=0.1"], ["training.global_batch_size=50
         print(str(err).replace(WORK, "WORK"), "\n")
 
 # %% [markdown]
-# The notebook launcher takes the same file: `distlab.launch(config=path)` runs what it says,
+# The notebook launcher takes the same file: `distlab.launch(path)` runs what it says,
 # on this machine.
 
 # %% tags=["nbval-ignore-output"]
-in_notebook = distlab.launch(config=path, progress="none")
+in_notebook = distlab.launch(path, progress="none")
 print(f"{len(in_notebook)} ranks, final loss {in_notebook[0].losses[-1]:.4f}")
 
 # %% [markdown]
@@ -256,7 +256,7 @@ exercises.fix_the_config(my_overrides)
 # %% [markdown]
 # ## What we saw
 #
-# - A config file is the run written down: the notebook (`launch(config=...)`), the terminal
+# - A config file is the run written down: the notebook (`distlab.launch(path)`), the terminal
 #   (`distlab run`) and every scheduler read the same file and train the same thing.
 # - On several nodes, torchrun meets at a rendezvous on the first node and hands out global
 #   ranks node by node; gloo must be told which interface to use when the host name resolves to

@@ -108,10 +108,10 @@ def test_the_notebook_launcher_takes_a_config(tmp_path):
     fn, kwargs = c.call()
     direct = distlab.launch(fn, 2, progress="none", **kwargs)
     for via in (path, c):
-        records = distlab.launch(config=via, progress="none")
+        records = distlab.launch(via, progress="none")
         assert [r.losses for r in records] == [r.losses for r in direct]
-    assert distlab.launch(config=c, progress="none", steps=2)[0].config["steps"] == 2     # keywords override
-    with pytest.raises(ValueError, match="not both"):
-        distlab.launch(fn, config=c)
+    assert distlab.launch(c, progress="none", steps=2)[0].config["steps"] == 2     # keywords override
+    with pytest.raises(ValueError, match="the config says 2 ranks"):
+        distlab.launch(c, 4)
     with pytest.raises(ValueError, match="start `distlab run CONFIG --node-rank N` on each node"):
-        distlab.launch(config=RunConfig.parse({"launch": {"nodes": 2}, "training": {"global_batch_size": 64}}))
+        distlab.launch(RunConfig.parse({"launch": {"nodes": 2}, "training": {"global_batch_size": 64}}))

@@ -29,17 +29,26 @@ from .progress import ProgressReader, in_notebook, make_progress
 from .worker import DEFAULT_TIMEOUT, backend_module, choose_device
 
 
-def _from_config(fn, config, kwargs):
-    """What ``launch(config=...)`` runs: the config's training call, on its ranks."""
+def is_run_config(fn) -> bool:
+    """Lesson 09: ``launch``'s first argument is a run config (or its file), not a function."""
+    from ..config import RunConfig
+
+    return isinstance(fn, RunConfig) or (isinstance(fn, (str, os.PathLike))
+                                         and str(fn).endswith((".yaml", ".yml", ".toml")))
+
+
+def _from_config(config, world_size, kwargs):
+    """What ``launch(config)`` runs: the config's training call, on its ranks."""
     from ..config import RunConfig, load
 
-    if fn is not None:
-        raise ValueError("give launch() a training function or a config, not both")
     if not isinstance(config, RunConfig):
-        config = load(str(config))
+        config = load(os.fspath(config))
     if config.launch.nodes != 1:
         raise ValueError(f"this config runs on {config.launch.nodes} nodes; a notebook launches on one: "
                          "start `distlab run CONFIG --node-rank N` on each node instead")
+    if world_size is not None and world_size != config.launch.world_size:
+        raise ValueError(f"world_size={world_size}, but the config says {config.launch.world_size} ranks: "
+                         "change launch.processes_per_node in the config instead")
     fn, settings = config.call()
     return (fn, config.launch.world_size, config.launch.backend, config.launch.device, config.launch.timeout,
             {**settings, **kwargs})
@@ -56,7 +65,7 @@ class WorkerError(RuntimeError):
         super().__init__(text)
 
 
-def launch(fn=None, world_size: int = 2, *, config=None, backend: str = "torchrun", device: str = "auto",
+def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", device: str = "auto",
            port: int | None = None, timeout: float = DEFAULT_TIMEOUT, threads: int = 1,
            progress: str = "auto", title: str | None = None, bind_cores: bool = True,
            warm: bool | str = "auto", **kwargs) -> list:
@@ -70,15 +79,15 @@ def launch(fn=None, world_size: int = 2, *, config=None, backend: str = "torchru
     warm in a notebook, cold in a script (``DISTLAB_WARM=1`` or ``0`` decides instead).
     Raises ``WorkerError`` naming the failed rank.
 
-    ``config`` (lesson 09): a run config, or the path of one, instead of ``fn``: it names the
-    training function and its settings, the world size, backend, device and timeout (one node;
+    ``fn`` may also be a run config (lesson 09), or the path of its file: it names the training
+    function and its settings, the world size, backend, device and timeout (one node;
     ``distlab run`` takes it to several).  Keyword arguments still override its settings.
+    ``world_size`` defaults to 2 for a function.
     """
-    if config is not None:
-        fn, world_size, backend, device, timeout, kwargs = _from_config(fn, config, kwargs)
-    if fn is None:
-        raise ValueError("launch() needs a training function, e.g. launch(data_parallel.train, 2, ...), "
-                         "or a run config: launch(config='run.yaml')")
+    if is_run_config(fn):
+        fn, world_size, backend, device, timeout, kwargs = _from_config(fn, world_size, kwargs)
+    elif world_size is None:
+        world_size = 2
     check_int("world_size", world_size)
     chosen = backend_module(backend)
     chosen.check_available()
