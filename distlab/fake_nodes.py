@@ -126,16 +126,17 @@ def ssh_server(nodes: Nodes, node: int, folder: str, port: int = 2222):
 
 
 def run_config(nodes: Nodes, config, folder: str, timeout: float = 300) -> tuple[list, list[str]]:
-    """Lesson 09: ``distlab run`` on both nodes at once, as a scheduler would start it (torchrun).
+    """Lesson 09: a run on both nodes at once: on each, the torchrun line ``distlab run`` would start.
 
     Each node gets its own copy of ``config`` (the nodes' addresses as ``launch.hosts``, its own
-    log folder: nothing shared but the files this machine has anyway).  Returns every rank's
-    record, in rank order, and each node's output.
+    run folder: nothing shared but the files this machine has anyway) and runs torchrun in its
+    namespace, as a scheduler would (``distlab run --node-rank N`` runs the same line; the tests
+    run that).  Returns every rank's record, in rank order, and each node's torchrun output.
     """
-    import sys
+    import io
 
     from .config import RunConfig
-    from .run import records
+    from .run import _report, command, prepare, records, run_dir
 
     data = config.model_dump()
     data["launch"].update(nodes=2, hosts=list(nodes.addresses))
@@ -143,20 +144,26 @@ def run_config(nodes: Nodes, config, folder: str, timeout: float = 300) -> tuple
     for node in range(2):
         data["logging"]["dir"] = os.path.join(folder, f"node{node}")
         mine = RunConfig.parse(data)
-        path = mine.save(os.path.join(folder, f"node{node}.yaml"))
+        cmd, env = command(mine, node)
+        prepare(mine)
+        env["GLOO_SOCKET_IFNAME"] = nodes.interface          # gloo's connections go over the cable
         configs.append(mine)
-        runs.append(subprocess.Popen(nodes.command(node, [sys.executable, "-m", "distlab.cli", "run", path,
-                                                          "--node-rank", str(node)]),
+        runs.append(subprocess.Popen(nodes.command(node, ["env", *[f"{k}={v}" for k, v in env.items()], *cmd]),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = []
+    started, outputs = time.time(), []
     try:
         outputs = [p.communicate(timeout=timeout)[0] for p in runs]
     finally:
         for p in runs:
             if p.poll() is None:
                 p.kill()
-    failed = [n for n, p in enumerate(runs) if p.returncode != 0]
-    if failed:
-        raise RuntimeError(f"distlab run failed on node(s) {failed}:\n" + "\n".join(o[-2000:] for o in outputs))
+    for node, (p, mine) in enumerate(zip(runs, configs)):
+        log = os.path.join(folder, f"node{node}.log")
+        with open(log, "w") as f:
+            f.write(outputs[node])
+        said = io.StringIO()
+        if _report(mine, run_dir(mine), p.returncode, time.time() - started, log, said):
+            raise RuntimeError(f"node {node} failed:\n{said.getvalue()[-3000:]}")
+        outputs[node] = said.getvalue()
     found = [r for c in configs for r in records(c)]
     return sorted(found, key=lambda r: r.rank), outputs

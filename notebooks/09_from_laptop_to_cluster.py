@@ -76,6 +76,7 @@ for mistakes in (["training.learning_rate=0.1"], ["training.global_batch_size=50
 # %% tags=["nbval-ignore-output"]
 in_notebook = distlab.launch(path, progress="none")
 print(f"{len(in_notebook)} ranks, final loss {in_notebook[0].losses[-1]:.4f}")
+distlab.shutdown()       # let the notebook's warm ranks go: the next runs start their own
 
 # %% [markdown]
 # ## 2. The same run from a terminal
@@ -127,7 +128,7 @@ for node in (0, 1):
 # Two **network namespaces** are two network stacks on one machine, each with its own
 # interfaces and addresses; a **veth pair** is a cable between them. A process started in one can
 # reach the other only over that cable, as on two machines (`distlab.fake_nodes`; it needs root,
-# which a Binder session does not give). Both "nodes" run `distlab run`; the result must be
+# which a Binder session does not give). Each "node" runs its torchrun line of section 3; the result must be
 # exactly the one-node result: the same ranks, the same data, the same sums.
 #
 # The terminal's run of section 2 was 2 ranks on one node; now the same 2 ranks as 1 rank on
