@@ -83,7 +83,8 @@ def torchrun_command(config: RunConfig, node_rank: int = 0) -> tuple[list[str], 
 
 def horovodrun_command(config: RunConfig) -> tuple[list[str], dict]:
     """Lesson 09: the horovodrun line for ``config``: started once, on the first node, it starts
-    every rank itself (on other nodes over ssh)."""
+    every rank itself (on other nodes over ssh, in the same folder, with the same config path: on
+    a cluster that path must be on a shared file system, or copied to every node first)."""
     from .processes.horovod_backend import LOOPBACK
 
     launch = config.launch

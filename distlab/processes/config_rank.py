@@ -12,17 +12,14 @@ rank with a non-zero code, which the launcher turns into stopping the others.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
-import time
-import traceback
 
 import torch
 
 from ..config import load
-from .rank import save_atomically
+from .rank import save_atomically, write_error
 from .worker import backend_module
 
 
@@ -47,11 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         save_atomically(record, os.path.join(folder, f"record_{worker.rank}.pt"))
         return 0
     except BaseException as err:
-        rank = worker.rank if worker is not None else os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "?"))
-        with open(os.path.join(folder, f"error_{rank}.json.tmp"), "w") as f:
-            json.dump({"rank": rank, "time": time.time(), "type": type(err).__name__, "message": str(err),
-                       "traceback": traceback.format_exc()}, f)
-        os.replace(os.path.join(folder, f"error_{rank}.json.tmp"), os.path.join(folder, f"error_{rank}.json"))
+        write_error(folder, worker.rank if worker is not None else os.environ.get(
+            "RANK", os.environ.get("HOROVOD_RANK", "?")), err)
         raise
     finally:
         if worker is not None:

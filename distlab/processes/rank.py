@@ -133,12 +133,7 @@ def serve(pool_dir: str, backend: str) -> int:
             torch.set_num_threads(1)          # waiting: no spare threads spinning
         return number
     except BaseException as err:
-        rank = worker.rank if worker is not None else rank_hint
-        path = os.path.join(pool_dir, f"error_{rank}.json")
-        with open(f"{path}.tmp", "w") as f:       # then renamed: never read half-written
-            json.dump({"rank": rank, "job": number, "time": time.time(), "type": type(err).__name__,
-                       "message": str(err), "traceback": traceback.format_exc()}, f)
-        os.replace(f"{path}.tmp", path)
+        write_error(pool_dir, worker.rank if worker is not None else rank_hint, err, job=number)
         raise
     finally:
         if worker is not None:
@@ -146,6 +141,18 @@ def serve(pool_dir: str, backend: str) -> int:
                 worker.stop()
             except Exception:  # a broken peer must not hide the original error
                 pass
+
+
+def write_error(folder: str, rank, err: BaseException, **more) -> None:
+    """Lesson 01: a failed rank's ``error_<rank>.json`` (the launcher names the rank from it).
+
+    Called inside the ``except`` block, so that the traceback is the one being handled.
+    """
+    path = os.path.join(folder, f"error_{rank}.json")
+    with open(f"{path}.tmp", "w") as f:           # then renamed: never read half-written
+        json.dump({"rank": rank, **more, "time": time.time(), "type": type(err).__name__,
+                   "message": str(err), "traceback": traceback.format_exc()}, f)
+    os.replace(f"{path}.tmp", path)
 
 
 def _wait_for_job(folder: str):
