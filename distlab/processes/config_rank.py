@@ -19,7 +19,7 @@ import sys
 import torch
 
 from ..config import load
-from .rank import save_atomically, write_error
+from .rank import save_atomically, stop_quietly, write_error
 from .worker import backend_module
 
 
@@ -44,15 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         save_atomically(record, os.path.join(folder, f"record_{worker.rank}.pt"))
         return 0
     except BaseException as err:
-        write_error(folder, worker.rank if worker is not None else os.environ.get(
-            "RANK", os.environ.get("HOROVOD_RANK", "?")), err)
+        write_error(folder, worker, err)
         raise
     finally:
-        if worker is not None:
-            try:
-                worker.stop()
-            except Exception:                      # a broken peer must not hide the first error
-                pass
+        stop_quietly(worker)
 
 
 if __name__ == "__main__":

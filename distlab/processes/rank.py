@@ -115,8 +115,7 @@ def serve(pool_dir: str, backend: str) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)     # a rank told to stop stops at once
     with open(os.path.join(pool_dir, SETTINGS), "rb") as f:
         settings = pickle.load(f)
-    rank_hint = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "?"))
-    with open(os.path.join(pool_dir, f"pid_{rank_hint}"), "w") as f:
+    with open(os.path.join(pool_dir, f"pid_{rank_hint()}"), "w") as f:
         f.write(str(os.getpid()))
     worker, number, started = None, 0, time.time()
     try:
@@ -133,26 +132,39 @@ def serve(pool_dir: str, backend: str) -> int:
             torch.set_num_threads(1)          # waiting: no spare threads spinning
         return number
     except BaseException as err:
-        write_error(pool_dir, worker.rank if worker is not None else rank_hint, err, job=number)
+        write_error(pool_dir, worker, err, job=number)
         raise
     finally:
-        if worker is not None:
-            try:
-                worker.stop()
-            except Exception:  # a broken peer must not hide the original error
-                pass
+        stop_quietly(worker)
 
 
-def write_error(folder: str, rank, err: BaseException, **more) -> None:
+def rank_hint() -> str:
+    """This rank's number as its launcher set it (torchrun: RANK, horovodrun: HOROVOD_RANK), before
+    it has joined the job and knows it for sure."""
+    return os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "?"))
+
+
+def write_error(folder: str, worker, err: BaseException, **more) -> None:
     """Lesson 01: a failed rank's ``error_<rank>.json`` (the launcher names the rank from it).
 
-    Called inside the ``except`` block, so that the traceback is the one being handled.
+    ``worker`` is None when the rank failed before joining.  Called inside the ``except`` block,
+    so that the traceback is the one being handled.
     """
+    rank = worker.rank if worker is not None else rank_hint()
     path = os.path.join(folder, f"error_{rank}.json")
     with open(f"{path}.tmp", "w") as f:           # then renamed: never read half-written
         json.dump({"rank": rank, **more, "time": time.time(), "type": type(err).__name__,
                    "message": str(err), "traceback": traceback.format_exc()}, f)
     os.replace(f"{path}.tmp", path)
+
+
+def stop_quietly(worker) -> None:
+    """Leave the job, if joined; a broken peer must not hide the error that ended the rank."""
+    if worker is not None:
+        try:
+            worker.stop()
+        except Exception:
+            pass
 
 
 def _wait_for_job(folder: str):
