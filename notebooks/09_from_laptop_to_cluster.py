@@ -264,6 +264,8 @@ exercises.fix_the_config(my_overrides)
 #   loopback.
 # - Two nodes trained exactly like one (when this machine could make them): distributing over
 #   machines changes where bytes travel, not what is computed.
-# - Between nodes the links are slower than inside one; on a real cluster that decides how the
-#   work is split. For the insurance company: start on one node with several GPUs, and go
-#   multi-node when the data or the model outgrows it, with the same config.
+# - Here both "links" were memory copies inside one machine, so section 5's ratio says little
+#   about clusters; on a real one the links between nodes are several times slower than those
+#   inside a node, and that decides how the work is split. For the insurance company: start on
+#   one node with several GPUs, and go multi-node when the data or the model outgrows it, with
+#   the same config.
