@@ -68,6 +68,8 @@ class Launch(Section):
     timeout: float = Field(120, gt=0, le=86400, description="seconds any collective may wait")
     ssh_port: int = Field(22, ge=1, le=65535, description="horovodrun reaches the other nodes over ssh on this port")
     ssh_identity_file: str | None = Field(None, description="the ssh key horovodrun uses (none: ssh's default)")
+    max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts every rank this many times at most "
+                                                          "when one fails (lesson 10: they resume from a checkpoint)")
 
     @property
     def world_size(self) -> int:
@@ -75,12 +77,26 @@ class Launch(Section):
 
 
 class Checkpoint(Section):
-    dir: str | None = Field(None, description="where rank 0 saves the trained parameters (none: not saved)")
+    every: int = Field(0, ge=0, description="steps between checkpoints of every rank's state (0: none)")
+    dir: str | None = Field(None, description="where checkpoints go (none: checkpoints/ in the run's folder); "
+                                              "distlab run also saves rank 0's final parameters there")
+    keep: int = Field(2, ge=1, description="how many complete checkpoints stay (older ones are deleted)")
+    resume: bool = Field(True, description="start from the newest complete checkpoint, if there is one")
+
+
+class Fault(Section):
+    kind: Literal["none", "kill", "raise", "hang", "exit"] = Field(
+        "none", description="a failure on purpose (lesson 10): rank `rank` fails this way in step `step`")
+    rank: int = Field(0, ge=0)
+    step: int = Field(0, ge=0)
 
 
 class Logging(Section):
     dir: str = Field("runs", description="where each run writes its records and metrics")
     name: str = Field("run", pattern=r"^[A-Za-z0-9_.-]+$", description="the run's folder inside dir")
+    tensorboard: bool = Field(True, description="also write TensorBoard files (tensorboard --logdir RUN_FOLDER)")
+    horovod_timeline: bool = Field(False, description="Horovod's own timeline of every collective "
+                                                      "(horovod_timeline.json in the run's folder)")
 
 
 class RunConfig(Section):
@@ -92,6 +108,7 @@ class RunConfig(Section):
     launch: Launch = Field(default_factory=Launch)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     logging: Logging = Field(default_factory=Logging)
+    fault: Fault = Field(default_factory=Fault)
 
     @model_validator(mode="after")
     def _fits_together(self):
@@ -111,6 +128,10 @@ class RunConfig(Section):
                              f"the {world} ranks")
         if launch.backend == "horovod" and p.strategy != "data":
             raise ValueError(f"launch.backend horovod runs strategy data only (not {p.strategy})")
+        if self.fault.kind != "none" and self.fault.rank >= world:
+            raise ValueError(f"fault.rank {self.fault.rank} is not a rank of this run (0 to {world - 1})")
+        if launch.max_restarts and launch.backend != "torchrun":
+            raise ValueError("launch.max_restarts: restarts are torchrun's (horovodrun has its own elastic mode)")
         return self
 
     # -- reading and writing
@@ -148,6 +169,22 @@ class RunConfig(Section):
         return path
 
     # -- what it runs
+    def checkpoint_dir(self) -> str:
+        """Where this run's checkpoints go: ``checkpoint.dir``, or ``checkpoints`` in the run's folder."""
+        folder = os.path.join(self.logging.dir, self.logging.name)
+        return os.path.abspath(self.checkpoint.dir or os.path.join(folder, "checkpoints"))
+
+    def options(self) -> dict:
+        """Lesson 10: what every rank sets on its ``Worker`` besides the training's arguments."""
+        options = {"tensorboard": self.logging.tensorboard}
+        c = self.checkpoint
+        if c.every:
+            options["checkpoint"] = {"dir": self.checkpoint_dir(), "every": c.every, "keep": c.keep,
+                                     "resume": c.resume}
+        if self.fault.kind != "none":
+            options["fault"] = {"kind": self.fault.kind, "rank": self.fault.rank, "step": self.fault.step}
+        return options
+
     def call(self):
         """The training function and its keyword arguments, as ``distlab.launch`` takes them."""
         from .parallel import data_parallel, deepspeed_zero, fsdp, mesh, pipeline, tensor_parallel, zero

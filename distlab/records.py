@@ -49,6 +49,9 @@ class RankRecord:
     traffic: dict[str, int] = field(default_factory=dict)
     # memory (lesson 08): bytes this rank held after its last update, by category
     memory: dict[str, int] = field(default_factory=dict)
+    # checkpoints (lesson 10): the step this life of the run resumed from (None: from the start);
+    # ``steps`` then holds only the steps trained since
+    resumed_from: int | None = None
 
     @property
     def losses(self) -> list[float]:

@@ -67,7 +67,7 @@ def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp"
                                   lr=lr, seed=seed, dtype=dtype, stage=3)
     strategy = FullyShard(worker, optimizer, lr)
     record = train_steps(run, strategy, steps, batch_at)
-    record.memory = strategy.held
+    record.memory = getattr(strategy, "held", {})
     record.params = {name: p.full_tensor().detach().cpu().clone() for name, p in run.model.named_parameters()}
     return record
 

@@ -33,7 +33,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint import Checkpointer
 from ..data import load_digits, shard_indices
+from ..faults import maybe_fail
+from ..metrics import MetricsLog
 from ..models import DTYPES, MODELS, build_model
 from ..processes.checks import check_int, check_positive
 from ..records import RankRecord, StepRecord
@@ -146,13 +149,23 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
     rank sleep inside the compute part of every step, as a slower machine would.  At the
     steps in ``record_grads_at`` the gradients of ``layers`` (default: all) are recorded
     twice: this rank's own (``"local"``), and what the strategy made of them (``"average"``).
+
+    Lesson 10: every step is also written to the rank's metrics file (``metrics.MetricsLog``);
+    when the job keeps checkpoints (``worker.checkpoint``) the loop first resumes from the newest
+    one and saves one every few steps (``checkpoint.Checkpointer``); ``faults.maybe_fail`` breaks
+    the rank mid-step when the job asked for a failure on purpose.
     """
     worker, record, k = run.worker, run.record, strategy.accumulate
     strategy.prepare(run)
     names = [n for n, _ in run.model.named_parameters()]
     layers = names if layers is None else list(layers)
+    saver = Checkpointer.of(worker, record.config)
+    sampler = {"seed": record.config.get("seed")}   # the batches are a function of (seed, step)
+    first = saver.resume(run.model, run.optimizer, sampler) if saver else 0
+    record.resumed_from = first or None
+    log = MetricsLog(worker, steps, resumed_from=record.resumed_from, tensorboard=worker.tensorboard)
     t_first = time.time()
-    for step in range(steps):
+    for step in range(first, steps):
         idx = batch_at(step).to(worker.device)
         x, y = run.x[idx], run.y[idx]
         wanted = step in record_grads_at
@@ -167,6 +180,7 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
         (loss / k if k > 1 else loss).backward()   # k > 1: .grad adds up the mean of k micro-batches
         if straggler is not None and worker.rank == straggler[0]:
             time.sleep(straggler[1])
+        maybe_fail(worker, step)
         t_compute_end = time.time()
         run.loss, run.accuracy = loss.item(), (out.argmax(1) == y).double().mean().item()
         if wanted and local is None:
@@ -182,9 +196,15 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
                                   for n, p in run.model.named_parameters() if n in layers}
         record.steps.append(StepRecord(step, run.loss, run.accuracy, t_start, t_compute_end,
                                        *(comm or (None, None)), t_end))
+        log.step(step + 1, loss=run.loss, accuracy=run.accuracy, samples=len(idx), step_seconds=t_end - t_start,
+                 comm_seconds=comm[1] - comm[0] if comm else None)
+        if saver and (saved := saver.after_step(step + 1, steps, run.model, run.optimizer, sampler)):
+            log.write("checkpoint", **saved)
         worker.progress(step + 1, steps, loss=run.loss)
     record.wall_time = time.time() - t_first
-    return finish(run)
+    finish(run)
+    log.close(steps, record.test_accuracy)
+    return record
 
 
 def own_gradients(model, x, y, layers) -> dict[str, torch.Tensor]:

@@ -211,7 +211,7 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
                                   steps=steps, lr=lr, seed=seed, dtype=dtype, stage=stage, overlap=overlap)
     strategy = OverlappedStage2(worker, optimizer, lr) if overlap else ShardedOptimizer(worker, stage, optimizer, lr)
     record = train_steps(run, strategy, steps, batch_at)
-    record.memory = strategy.held
+    record.memory = getattr(strategy, "held", {})    # (no step left to run after resuming: nothing measured)
     return record
 
 

@@ -19,7 +19,7 @@ import sys
 import torch
 
 from ..config import load
-from .rank import save_atomically, stop_quietly, write_error
+from .rank import save_atomically, set_options, stop_quietly, write_error
 from .worker import backend_module
 
 
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         worker = backend_module(config.launch.backend).start_worker(config.launch.device, config.launch.timeout,
                                                                     run_dir=folder)
+        set_options(worker, config.options())      # lesson 10: checkpoints, a fault on purpose, TensorBoard
         record = fn(worker, **kwargs)
         save_atomically(record, os.path.join(folder, f"record_{worker.rank}.pt"))
         return 0

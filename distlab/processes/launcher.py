@@ -51,7 +51,7 @@ def _from_config(config, world_size, kwargs):
                          "change launch.processes_per_node in the config instead")
     fn, settings = config.call()
     return (fn, config.launch.world_size, config.launch.backend, config.launch.device, config.launch.timeout,
-            {**settings, **kwargs})
+            {**settings, **kwargs}, config.options())
 
 
 class WorkerError(RuntimeError):
@@ -68,7 +68,8 @@ class WorkerError(RuntimeError):
 def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", device: str = "auto",
            port: int | None = None, timeout: float = DEFAULT_TIMEOUT, threads: int = 1,
            progress: str = "auto", title: str | None = None, bind_cores: bool = True,
-           warm: bool | str = "auto", **kwargs) -> list:
+           warm: bool | str = "auto", checkpoint: dict | None = None, fault: dict | None = None,
+           tensorboard: bool = False, **kwargs) -> list:
     """Lesson 01: run ``fn(worker, **kwargs)`` on ``world_size`` real processes; return their records.
 
     ``fn`` must live in an importable module.  ``timeout`` (seconds) bounds every collective.
@@ -83,11 +84,18 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
     function and its settings, the world size, backend, device and timeout (one node;
     ``distlab run`` takes it to several).  Keyword arguments still override its settings.
     ``world_size`` defaults to 2 for a function.
+
+    Lesson 10, for long runs: ``checkpoint={"dir": ..., "every": 10, "keep": 2, "resume": True}``
+    saves the ranks' state every 10 steps and starts from the newest checkpoint in ``dir``;
+    ``fault={"kind": "kill", "rank": 1, "step": 5}`` breaks a rank on purpose (``faults``);
+    ``tensorboard=True`` also writes TensorBoard files next to the metrics every rank writes.
     """
+    options = {}
     if is_run_config(fn):
-        fn, world_size, backend, device, timeout, kwargs = _from_config(fn, world_size, kwargs)
+        fn, world_size, backend, device, timeout, kwargs, options = _from_config(fn, world_size, kwargs)
     elif world_size is None:
         world_size = 2
+    options = {**options, **job_options(world_size, checkpoint, fault, tensorboard)}
     check_int("world_size", world_size)
     chosen = backend_module(backend)
     chosen.check_available()
@@ -109,7 +117,7 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
         pools.retire()                    # one pool at a time: idle ranks hold memory
         pool, reused = pools.Pool(key, env), False
     try:
-        folder = pool.submit(fn, kwargs, threads=threads, bind_cores=bind_cores)
+        folder = pool.submit(fn, kwargs, threads=threads, bind_cores=bind_cores, options=options)
     except Exception as err:
         pools.discard(pool)
         raise ValueError(f"the arguments for the workers cannot be pickled: {err}") from err
@@ -146,6 +154,22 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
         if status != "done":
             pools.discard(pool)
         display.close(status)
+
+
+def job_options(world_size: int, checkpoint, fault, tensorboard) -> dict:
+    """Lesson 10: ``launch``'s checkpoint, fault and TensorBoard settings, checked, as the ranks take them."""
+    from ..checkpoint import check_settings
+    from ..faults import check_fault
+
+    options = {}
+    if checkpoint is not None:
+        options["checkpoint"] = check_settings(checkpoint)
+    if fault is not None:
+        check_fault(fault, world_size)
+        options["fault"] = dict(fault)
+    if tensorboard:
+        options["tensorboard"] = True
+    return options
 
 
 def use_warm_ranks(warm: bool | str = "auto") -> bool:

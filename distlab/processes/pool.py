@@ -52,10 +52,10 @@ class Pool:
         self.busy = True                     # a launch is using it: the idle timer must not retire it
         self._timer: threading.Timer | None = None
 
-    def submit(self, fn, kwargs: dict, *, threads: int, bind_cores: bool) -> str:
+    def submit(self, fn, kwargs: dict, *, threads: int, bind_cores: bool, options: dict | None = None) -> str:
         """Hand the next job to the ranks; return its folder (progress lines, then records)."""
         self._cancel_timer()
-        folder = submit(self.dir, self.jobs, fn, kwargs, threads=threads, bind_cores=bind_cores)
+        folder = submit(self.dir, self.jobs, fn, kwargs, threads=threads, bind_cores=bind_cores, options=options)
         self.jobs += 1
         return folder
 

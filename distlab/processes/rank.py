@@ -55,18 +55,19 @@ def write_settings(pool_dir: str, *, device: str = "auto", timeout: float = DEFA
 
 
 def submit(pool_dir: str, number: int, fn=None, kwargs: dict | None = None, *, threads: int = 1,
-           bind_cores: bool = True) -> str:
+           bind_cores: bool = True, options: dict | None = None) -> str:
     """Lesson 01: hand job ``number`` to the ranks; ``fn=None`` tells them to leave.
 
     ``fn`` is a function or ``"module:function"``.  Several ranks may write the same job at
     once (a terminal's ``horovodrun``): the file is replaced atomically, never half-written.
-    Returns the job's folder, where its progress lines and records appear.
+    ``options`` (lesson 10): what the ranks set on their ``Worker`` for this job: ``checkpoint``,
+    ``fault``, ``tensorboard``.  Returns the job's folder, where its progress lines and records appear.
     """
     if isinstance(fn, str):
         module, _, name = fn.partition(":")
         fn = getattr(importlib.import_module(module), name)
     job = None if fn is None else {"fn": fn, "kwargs": kwargs or {}, "threads": threads,
-                                   "bind_cores": bool(bind_cores)}
+                                   "bind_cores": bool(bind_cores), "options": options or {}}
     _write(job, os.path.join(job_dir(pool_dir, number), "job.pkl"))
     return job_dir(pool_dir, number)
 
@@ -126,6 +127,7 @@ def serve(pool_dir: str, backend: str) -> int:
         while (job := _wait_for_job(job_dir(pool_dir, number))) is not None:
             _start_like_new(job, worker, fresh)
             worker.run_dir, worker._last_progress = job_dir(pool_dir, number), 0.0
+            set_options(worker, job.get("options", {}))
             record = job["fn"](worker, **job["kwargs"])
             save_atomically(record, os.path.join(worker.run_dir, f"record_{worker.rank}.pt"))
             number += 1
@@ -136,6 +138,13 @@ def serve(pool_dir: str, backend: str) -> int:
         raise
     finally:
         stop_quietly(worker)
+
+
+def set_options(worker, options: dict) -> None:
+    """Lesson 10: the job's checkpoint settings, fault and TensorBoard choice, on this rank's worker."""
+    worker.checkpoint = options.get("checkpoint")
+    worker.fault = options.get("fault")
+    worker.tensorboard = bool(options.get("tensorboard", False))
 
 
 def rank_hint() -> str:

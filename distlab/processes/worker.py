@@ -87,6 +87,11 @@ class Worker:
     timeout: float = DEFAULT_TIMEOUT
     run_dir: str | None = None    # where progress lines go (set by the launcher)
     _last_progress: float = field(default=0.0, repr=False)
+    # what the job asked for besides its arguments (lesson 10): checkpoint settings
+    # (``checkpoint.Checkpointer``), a failure on purpose (``faults``), TensorBoard files (``metrics``)
+    checkpoint: dict | None = None
+    fault: dict | None = None
+    tensorboard: bool = False
 
     # This base class is a process with no job at all (``data_parallel.train_single`` trains
     # as one); each backend's subclass names itself and implements the collectives.
