@@ -89,7 +89,7 @@ def slurm(config: RunConfig, config_file: str = "run.yaml", image: str | None = 
         lines += ["srun --kill-on-bad-exit=1 python -m torch.distributed.run \\",
                   f"  --nnodes={launch.nodes} --nproc-per-node={launch.processes_per_node} \\",
                   f'  --rdzv-backend=c10d --rdzv-endpoint="$HEAD_NODE:{launch.port}" --rdzv-id="$SLURM_JOB_ID" \\',
-                  "  --max-restarts=0 \\",
+                  f"  --max-restarts={config.launch.max_restarts} \\",
                   f"  -m {RANK_PROGRAM} {shlex.quote(config_file)}"]
     return "\n".join(lines) + "\n"
 
@@ -115,8 +115,9 @@ def k8s(config: RunConfig, config_file: str = "run.yaml", image: str = "distlab:
     def replica(count: int) -> dict:
         container = {"name": "pytorch",            # the training operator looks for this name
                      "image": image,
-                     "command": ["python", "-m", "torch.distributed.run", "--max-restarts=0",
-                                 "-m", RANK_PROGRAM, "/etc/distlab/run.yaml"],
+                     "command": ["python", "-m", "torch.distributed.run",
+                                 f"--max-restarts={config.launch.max_restarts}", "-m", RANK_PROGRAM,
+                                 "/etc/distlab/run.yaml"],
                      "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
                      "volumeMounts": [{"name": "config", "mountPath": "/etc/distlab"}]}
         if _gpus(config):

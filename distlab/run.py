@@ -58,10 +58,11 @@ def torchrun_command(config: RunConfig, node_rank: int = 0) -> tuple[list[str], 
     launch = config.launch
     entry = ["-m", "distlab.processes.config_rank", config_path(config)]
     base = [sys.executable, "-m", "torch.distributed.run"]
-    if launch.nodes == 1:
+    if launch.nodes == 1:                      # torchrun whose store listens on 127.0.0.1 only (lesson 10)
+        base = [sys.executable, "-m", "distlab.processes.torchrun_local"]
         flags = ["--nnodes=1", f"--nproc-per-node={launch.processes_per_node}", "--master-addr=127.0.0.1",
                  f"--master-port={launch.port}"]
-        return [*base, *flags, "--max-restarts=0", "--monitor-interval=0.1", *entry], {}
+        return [*base, *flags, *restart_flags(config), *entry], {}
     if not launch.hosts:
         raise ConfigError("launch.hosts must name every node for a multi-node run (the first hosts the rendezvous)")
     if not 0 <= node_rank < launch.nodes:
@@ -78,20 +79,32 @@ def torchrun_command(config: RunConfig, node_rank: int = 0) -> tuple[list[str], 
     interface = interface_of(me)
     if interface and interface != "lo":
         env["GLOO_SOCKET_IFNAME"] = interface
-    return [*base, *flags, "--max-restarts=0", "--monitor-interval=0.1", *entry], env
+    return [*base, *flags, *restart_flags(config), *entry], env
+
+
+def restart_flags(config: RunConfig) -> list[str]:
+    """Lesson 10: how often torchrun may restart the ranks.  When one fails, torchrun's agent stops
+    the others and, while restarts are left, starts them all again: a new life of the same job,
+    which resumes from the newest checkpoint (``checkpoint.every`` must be set, or it starts over)."""
+    return [f"--max-restarts={config.launch.max_restarts}", "--monitor-interval=0.1"]
 
 
 def horovodrun_command(config: RunConfig) -> tuple[list[str], dict]:
     """Lesson 09: the horovodrun line for ``config``: started once, on the first node, it starts
     every rank itself (on other nodes over ssh, in the same folder, with the same config path: on
-    a cluster that path must be on a shared file system, or copied to every node first)."""
+    a cluster that path must be on a shared file system, or copied to every node first).
+
+    On one node it is horovodrun through ``processes/horovodrun_local.py``, whose servers listen
+    on 127.0.0.1 only (no other machine needs to reach them; that file says why it matters)."""
     from .processes.horovod_backend import LOOPBACK
 
     launch = config.launch
-    horovodrun = shutil.which("horovodrun") or os.path.join(os.path.dirname(sys.executable), "horovodrun")
     if launch.nodes == 1:
+        horovodrun = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "processes",
+                                                   "horovodrun_local.py")]     # by path: no PyTorch import
         hosts, interface = f"localhost:{launch.world_size}", LOOPBACK
     else:
+        horovodrun = [shutil.which("horovodrun") or os.path.join(os.path.dirname(sys.executable), "horovodrun")]
         if not launch.hosts:
             raise ConfigError("launch.hosts must name every node for a multi-node run")
         hosts = ",".join(f"{h}:{launch.processes_per_node}" for h in launch.hosts)
@@ -101,7 +114,7 @@ def horovodrun_command(config: RunConfig) -> tuple[list[str], dict]:
         ssh = ["--ssh-port", str(launch.ssh_port)]
         if launch.ssh_identity_file:
             ssh += ["--ssh-identity-file", launch.ssh_identity_file]
-    cmd = [horovodrun, "-np", str(launch.world_size), "--gloo", "-H", hosts, "--network-interfaces", interface,
+    cmd = [*horovodrun, "-np", str(launch.world_size), "--gloo", "-H", hosts, "--network-interfaces", interface,
            *ssh, sys.executable, "-m", "distlab.processes.config_rank", config_path(config)]
     return cmd, {}
 
@@ -117,11 +130,20 @@ def config_path(config: RunConfig) -> str:
 
 
 def prepare(config: RunConfig) -> str:
-    """A fresh run folder holding the config the ranks will read; returns the folder."""
+    """A fresh run folder holding the config the ranks will read; returns the folder.
+
+    What an earlier run left there goes, except its checkpoints when this run may resume from
+    them (lesson 10: run the same command again after a crash, and it carries on).
+    """
     folder = run_dir(config)
+    keep = config.checkpoint_dir() if config.checkpoint.every and config.checkpoint.resume else None
     if os.path.isdir(folder):
-        shutil.rmtree(folder)
-    os.makedirs(folder)
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            if path == keep:
+                continue
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+    os.makedirs(folder, exist_ok=True)
     config.save(config_path(config))
     return folder
 
@@ -172,18 +194,25 @@ def run(config: RunConfig, node_rank: int = 0, stream=None) -> int:
 def _report(config, folder, code, seconds, log_path, stream) -> int:
     import torch
 
-    errors = sorted(f for f in os.listdir(folder) if f.startswith("error_"))
-    if code != 0 or errors:
-        for name in errors:
-            with open(os.path.join(folder, name)) as f:
-                err = json.load(f)
+    errors = []
+    for name in sorted(f for f in os.listdir(folder) if f.startswith("error_")):
+        with open(os.path.join(folder, name)) as f:
+            errors.append(json.load(f))
+    restarts = _restarts(folder)
+    if code != 0:
+        for err in errors:
             print(f"rank {err['rank']} failed: {err['type']}: {err['message']}", file=stream)
         with open(log_path) as f:
             tail = f.read()[-3000:]
         print(f"distlab run: failed (exit {code}); the launcher's log, {log_path}, ends:\n{tail}", file=stream)
         return 1
+    if restarts:                         # lesson 10: failures that restarts got over
+        said = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}" for e in errors) or "a rank died"
+        print(f"  torchrun restarted the ranks {restarts} time(s) ({said}); they resumed from a checkpoint",
+              file=stream)
     records = {rec.rank: rec for rec in _records(folder)}
-    summary = {"seconds": round(seconds, 2), "ranks_here": sorted(records),
+    summary = {"seconds": round(seconds, 2), "ranks_here": sorted(records), "restarts": restarts,
+               "resumed_from": {r: rec.resumed_from for r, rec in records.items()},
                "final_loss": {r: rec.losses[-1] for r, rec in records.items() if rec.steps},
                "test_accuracy": {r: rec.test_accuracy for r, rec in records.items()}}
     with open(os.path.join(folder, "summary.json"), "w") as f:
@@ -198,6 +227,21 @@ def _report(config, folder, code, seconds, log_path, stream) -> int:
         print(f"  rank 0's parameters saved to {path}", file=stream)
     print(f"distlab run: done in {seconds:.1f} s; records in {folder}", file=stream)
     return 0
+
+
+def _restarts(folder: str) -> int:
+    """How many times the ranks on this node were restarted (from their metrics' ``start`` lines)."""
+    most = 0
+    for name in os.listdir(folder):
+        if name.startswith("metrics_") and name.endswith(".jsonl"):
+            with open(os.path.join(folder, name)) as f:
+                for line in f:
+                    if '"start"' in line:
+                        try:
+                            most = max(most, json.loads(line).get("restart", 0))
+                        except ValueError:       # a line cut short by a killed rank
+                            pass
+    return most
 
 
 def _records(folder: str) -> list:

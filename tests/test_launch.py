@@ -77,7 +77,8 @@ def test_a_missing_peer_ends_in_a_timeout_not_a_hang(pid_dir, warm):
     with pytest.raises(distlab.WorkerError) as info:
         distlab.launch(workers.skip_collective, world_size=2, timeout=3, pid_dir=pid_dir, progress="none",
                        warm=warm)
-    assert info.value.rank == 0           # rank 0 gave up waiting for rank 1
+    assert info.value.rank == 1           # rank 0 gave up waiting for rank 1, which never came (lesson 10)
+    assert "stopped answering: rank 0 timed out waiting for it" in str(info.value)
     assert alive(read_pids(pid_dir)) == [] and children() - before == set()
 
 

@@ -110,3 +110,11 @@ def trainings(worker, cases):
 
     return {name: importlib.import_module(f"distlab.parallel.{module}").train(worker, **kwargs)
             for name, (module, kwargs) in cases.items()}
+
+
+def hold(worker, seconds=3.0):
+    """Meet the other ranks, stay up ``seconds`` (long enough to look at the job from outside), meet again."""
+    worker.all_reduce(torch.ones(1))
+    time.sleep(seconds)
+    worker.all_reduce(torch.ones(1))
+    return worker.rank

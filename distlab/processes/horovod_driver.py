@@ -12,6 +12,10 @@ Lesson 02.  ``distlab.launch(..., backend="horovod")`` runs this file as a progr
 
 Only the standard library is imported at the top: Horovod starts a helper process per rank
 with multiprocessing's "spawn", which runs this file's top level again in each helper.
+
+Horovod's own servers (its rendezvous, and the store that carries the pickled function and
+results) listen on 127.0.0.1 only: nothing outside this machine takes part in a notebook's
+job (``horovodrun_local.listen_on_loopback`` says why and how).
 """
 import os
 import signal
@@ -40,7 +44,10 @@ def main() -> int:
     world_size, run_dir = int(sys.argv[1]), sys.argv[2]
     threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True).start()
     import horovod
+    # A sibling file, importable by name because this one is run by its path (no distlab import).
+    from horovodrun_local import listen_on_loopback
 
+    listen_on_loopback()
     # Every rank's return value comes back, in rank order.  horovod.run installs handlers
     # for SIGINT and SIGTERM (the launcher's way to stop us) that stop every rank.
     results = horovod.run(run_rank, args=(run_dir,), num_proc=world_size,

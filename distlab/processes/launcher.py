@@ -55,11 +55,12 @@ def _from_config(config, world_size, kwargs):
 
 
 class WorkerError(RuntimeError):
-    """A worker failed. ``rank`` names it; ``remote_traceback`` is its traceback when it had one."""
+    """A worker failed. ``rank`` names it (None: the launcher itself died); ``remote_traceback`` is
+    its traceback when it had one."""
 
     def __init__(self, rank, message: str, remote_traceback: str = "", log: str = ""):
         self.rank, self.remote_traceback, self.log = rank, remote_traceback, log
-        text = f"rank {rank} failed: {message}"
+        text = f"rank {rank} failed: {message}" if rank is not None else f"the launcher failed: {message}"
         if remote_traceback:
             text += f"\n\n--- traceback on rank {rank} ---\n{remote_traceback.rstrip()}"
         super().__init__(text)
@@ -214,8 +215,12 @@ def _failure(pool, grace: float = 10.0) -> WorkerError:
     job, deadline = pool.job, time.time() + grace
     while job.poll() is None and time.time() < deadline:
         time.sleep(0.05)
+    launcher_code = job.poll()
     job.stop()
     log = job.log()
+    if launcher_code is not None and launcher_code < 0:   # lesson 10: nobody signals it but us, and we had not yet
+        return WorkerError(None, f"it was killed by {_SIGNALS.get(launcher_code, launcher_code)} while the ranks "
+                           "trained; every rank was stopped with it", log=log)
     errors = []
     for path in pool.errors():
         try:
@@ -230,6 +235,11 @@ def _failure(pool, grace: float = 10.0) -> WorkerError:
                                "(out of memory, or killed by hand?)", log=log)
     if errors:
         first = min(errors, key=lambda e: e["time"])
+        hung = _silent_ranks(pool, errors, exits) if all(_timed_out(e) for e in errors) else []
+        if hung:                      # lesson 10: the others timed out waiting for a rank that said nothing
+            return WorkerError(hung[0], f"it stopped answering: rank {first['rank']} timed out waiting for it "
+                               f"({first['type']}: {first['message'][:300]}), while rank {hung[0]} raised "
+                               "nothing and never finished its job (it hung)", first["traceback"], log=log)
         return WorkerError(first["rank"], f"{first['type']}: {first['message']}",
                            first["traceback"], log=log)
     if exits:
@@ -237,3 +247,20 @@ def _failure(pool, grace: float = 10.0) -> WorkerError:
         return WorkerError(rank, f"it exited with code {code}", log=log)
     tail = "\n".join(log.splitlines()[-20:])
     return WorkerError("?", f"the launcher exited with code {job.returncode}:\n{tail}", log=log)
+
+
+def _timed_out(error: dict) -> bool:
+    """An error file that says its rank gave up waiting in a collective (gloo, NCCL or Horovod)."""
+    text = f"{error['type']} {error['message']}".lower()
+    return "timeout" in text or "timed out" in text or "waited more than" in text
+
+
+def _silent_ranks(pool, errors: list[dict], exits: dict[int, int]) -> list[int]:
+    """Lesson 10: ranks with no error and no record for the current job, not killed by a signal of
+    their own: while the others timed out in a collective, these never reached it."""
+    from .rank import job_dir
+
+    folder, spoke = job_dir(pool.dir, pool.jobs - 1), {e["rank"] for e in errors}
+    return [r for r in range(pool.world_size)
+            if r not in spoke and not os.path.exists(os.path.join(folder, f"record_{r}.pt"))
+            and exits.get(r, -signal.SIGTERM) in (-signal.SIGTERM, 1)]

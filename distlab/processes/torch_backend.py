@@ -81,8 +81,26 @@ def start_worker(device: str = "auto", timeout: float = DEFAULT_TIMEOUT,
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     dev = choose_device(device, local_world)
     device_ = torch_device(dev, local_rank)
-    dist.init_process_group(comm_library(dev), timeout=timedelta(seconds=timeout))
+    dist.init_process_group(comm_library(dev), timeout=timedelta(seconds=timeout), store=life_store(world, timeout),
+                            rank=rank, world_size=world)
     return TorchWorker(rank, world, local_rank, local_world, device_, timeout, run_dir)
+
+
+def life_store(world_size: int, timeout: float):
+    """Lesson 10: where the ranks of this *life* of the job meet: torchrun's store, under a prefix
+    of its own for every restart.
+
+    torchrun keeps one store (a key-value server) for the whole job, and the ranks write their
+    addresses into it when they build their process group.  After a restart (``--max-restarts``)
+    the new ranks would find the dead ranks' addresses still there and try to connect to them
+    (gloo: "Connection refused"); so each life writes under its own prefix.  Under torchrun its
+    agent hosts the store; started otherwise (e.g. by a scheduler that only sets MASTER_ADDR and
+    MASTER_PORT), rank 0 does.
+    """
+    host_it = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" and os.environ["RANK"] == "0"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                          is_master=host_it, timeout=timedelta(seconds=timeout))
+    return dist.PrefixStore(f"distlab/life_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def check_available() -> None:
@@ -188,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     from ..data import digit_arrays
     from ..parallel import data_parallel  # noqa: F401  (what most jobs run: the ranks inherit it)
     from .rank import serve
+    from .torchrun_local import listen_on_loopback
+
+    listen_on_loopback()                                       # the job's store: this machine only
 
     world_size, port, pool_dir = (argv or sys.argv[1:])
     digit_arrays()                                             # read once, here, for every rank
