@@ -1,4 +1,5 @@
-"""``distlab`` on the command line (lesson 00: ``doctor``; lesson 09: ``run``, ``check``, ``job``, ``bench``).
+"""``distlab`` on the command line (lesson 00: ``doctor``; lesson 09: ``run``, ``check``, ``job``, ``bench``;
+lesson 10: ``monitor``).
 
 Exit codes: 0 done; 1 the training (or a benchmark) failed; 2 a bad command line or run config
 (nothing was started); 130 interrupted.
@@ -19,12 +20,16 @@ examples:
   distlab job slurm run.yaml -o job.sbatch        a SLURM batch script for the same run
   distlab job azureml run.yaml -o job.yml         an Azure ML command job
   distlab job k8s run.yaml --image REGISTRY/distlab:0.1 -o pytorchjob.yaml
+  distlab monitor runs/run                        follow a running job's ranks from another terminal
+  distlab monitor runs/run --once                 one look at it: a line per rank, one for the job
   distlab doctor                                  what this machine has and which backends work
   distlab bench scaling                           run bench/scaling.py (prints its GOAL lines)
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .monitor import STALL_SECONDS
+
     parser = argparse.ArgumentParser(prog="distlab", description="Distributed training you can run and watch.",
                                      epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -53,6 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     overrides(p)
     p.add_argument("-o", "--output", help="where to write it (default: print it)")
     p.add_argument("--image", default="distlab:latest", help="container image (k8s, azureml)")
+
+    p = sub.add_parser("monitor", help="follow a job from its run folder: each rank's step, loss, speed",
+                       description="Read the metrics files the ranks of a job append to (metrics_<rank>.jsonl in "
+                                   "RUN_DIR) and print a line per rank and one for the job, about once a second, "
+                                   "until the job finishes (exit 0) or fails (exit 1); a stalled job is watched on "
+                                   "(Ctrl-C: exit 130).")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run's folder (a run config's logging.dir/logging.name)")
+    p.add_argument("--once", action="store_true", help="print one snapshot and stop (exit 0)")
+    p.add_argument("--stall-seconds", type=float, default=STALL_SECONDS,
+                   help=f"a running rank silent this long is called stalled (default {STALL_SECONDS:g})")
+    p.add_argument("--wait", type=float, default=10.0,
+                   help="seconds to wait for the folder and its first metrics (default 10)")
 
     p = sub.add_parser("doctor", help="what this machine has and which backends work")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -125,6 +142,31 @@ def cmd_job(args) -> int:
     return 0
 
 
+def cmd_monitor(args) -> int:
+    import time
+
+    from .config import ConfigError
+    from .monitor import RunMonitor, describe
+
+    monitor = RunMonitor(args.run_dir, stall_seconds=args.stall_seconds)
+    deadline = time.time() + args.wait
+    while not monitor.poll() and not monitor.status().ranks:     # a job just started: give it --wait s
+        if time.time() > deadline:
+            what = "holds no metrics_<rank>.jsonl" if os.path.isdir(args.run_dir) else "does not exist"
+            raise ConfigError(f"{args.run_dir} {what} after {args.wait:g} s: is it a run's folder "
+                              "(logging.dir/logging.name), and has the job started?")
+        time.sleep(0.2)
+    while True:
+        status = monitor.status()
+        print(describe(status), flush=True)
+        if args.once:                 # a look, not a verdict
+            return 0
+        if status.over:
+            return 1 if status.state == "failed" else 0
+        time.sleep(1.0)
+        monitor.poll()
+
+
 def cmd_doctor(args) -> int:
     from .doctor import format_report, report
 
@@ -154,7 +196,8 @@ def cmd_bench(args) -> int:
     return 0 if code == 0 else 1
 
 
-COMMANDS = {"run": cmd_run, "check": cmd_check, "job": cmd_job, "doctor": cmd_doctor, "bench": cmd_bench}
+COMMANDS = {"run": cmd_run, "check": cmd_check, "job": cmd_job, "monitor": cmd_monitor, "doctor": cmd_doctor,
+            "bench": cmd_bench}
 
 
 if __name__ == "__main__":

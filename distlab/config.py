@@ -22,6 +22,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .config_text import ConfigError, apply_override, dump_toml, explain
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -130,6 +132,8 @@ class RunConfig(Section):
             raise ValueError(f"launch.backend horovod runs strategy data only (not {p.strategy})")
         if self.fault.kind != "none" and self.fault.rank >= world:
             raise ValueError(f"fault.rank {self.fault.rank} is not a rank of this run (0 to {world - 1})")
+        if self.logging.horovod_timeline and launch.backend != "horovod":
+            raise ValueError("logging.horovod_timeline is Horovod's own timeline: it needs launch.backend horovod")
         if launch.max_restarts and launch.backend != "torchrun":
             raise ValueError("launch.max_restarts: restarts are torchrun's (horovodrun has its own elastic mode)")
         return self
@@ -209,74 +213,6 @@ class RunConfig(Section):
         return mesh.train, dict(width=m.width, depth=m.depth, steps=t.steps, lr=t.lr, seed=self.data.seed,
                                 global_batch_size=t.global_batch_size, data=data, pipeline=p.pipeline,
                                 tensor=p.tensor, micro_batches=p.micro_batches, schedule=p.schedule)
-
-
-class ConfigError(ValueError):
-    """A run config that cannot be used; the message names the key, the value and what is allowed."""
-
-
-def explain(err: ValidationError, source: str) -> str:
-    """pydantic's errors, one line each: ``where: the value: what is allowed``."""
-    lines = [f"{source}: {len(err.errors())} problem(s) in the run config"]
-    for e in err.errors():
-        where = ".".join(str(x) for x in e["loc"]) or "(the config as a whole)"
-        if e["type"] == "extra_forbidden":
-            section = _section(e["loc"][:-1])
-            allowed = ", ".join(section.model_fields) if section else "?"
-            lines.append(f"  {where}: unknown key (allowed here: {allowed})")
-        elif e["type"] == "value_error":
-            lines.append(f"  {e['msg'].removeprefix('Value error, ')}")
-        else:
-            lines.append(f"  {where} = {e.get('input')!r}: {e['msg']}")
-    return "\n".join(lines)
-
-
-def _section(loc):
-    model = RunConfig
-    for key in loc:
-        field = model.model_fields.get(key)
-        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
-            return None
-        model = field.annotation
-    return model
-
-
-def apply_override(data: dict, item: str) -> None:
-    """``training.lr=0.05``: set one value (parsed as YAML: numbers, booleans, lists) in ``data``."""
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set {item!r}: write it as section.key=value, e.g. training.lr=0.05")
-    parts = key.strip().split(".")
-    node = data
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"--set {item!r}: {part} is not a section")
-    try:
-        node[parts[-1]] = yaml.safe_load(value)
-    except yaml.YAMLError:
-        node[parts[-1]] = value
-
-
-def dump_toml(data: dict) -> str:
-    """The config as TOML (sections of scalars and lists: all a run config holds)."""
-    def value(v):
-        if v is None:
-            return None
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        return json.dumps(str(v))
-
-    out = []
-    for section, fields in data.items():
-        out.append(f"[{section}]")
-        out += [f"{k} = {value(v)}" for k, v in fields.items() if v is not None]   # TOML has no null
-        out.append("")
-    return "\n".join(out)
 
 
 def from_launch(fn, world_size: int, **kwargs) -> RunConfig:

@@ -191,6 +191,18 @@ def run(config: RunConfig, node_rank: int = 0, stream=None) -> int:
     return _report(config, folder, proc.returncode, time.time() - started, log_path, stream)
 
 
+def start(config_path: str, *overrides: str) -> subprocess.Popen:
+    """Lesson 10: ``distlab run CONFIG`` started in the background, as from a second terminal.
+
+    A notebook can then watch it (``widgets.monitor``), or break it, while it trains.  Its output
+    goes to ``CONFIG.log``; ``.wait()`` returns its exit code.  Stop it with ``.send_signal(SIGINT)``
+    (Ctrl-C: ``distlab run`` stops every rank and returns 130).
+    """
+    cmd = [sys.executable, "-m", "distlab.cli", "run", config_path, *(x for o in overrides for x in ("--set", o))]
+    with open(f"{config_path}.log", "w") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
 def _report(config, folder, code, seconds, log_path, stream) -> int:
     import torch
 

@@ -39,7 +39,7 @@ def test_toml_and_yaml_round_trip(tmp_path):
     (["training.learning_rate=0.1"], "training.learning_rate: unknown key (allowed here: steps, global_batch_size, "
                                      "lr, optimizer, dtype)"),
     (["optimiser.lr=0.1"], "optimiser: unknown key (allowed here: model, data, training, parallel, launch, "
-                           "checkpoint, logging)"),
+                           "checkpoint, logging, fault)"),
     (["training.global_batch_size=50", "launch.processes_per_node=4"],
      "training.global_batch_size 50 does not divide into 4 ranks"),
     (["launch.nodes=2", "launch.hosts=[a]"], "launch.hosts lists 1 hosts but launch.nodes is 2"),

@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     # one intra-op thread unless told otherwise, as distlab.launch does (torchrun sets
     # OMP_NUM_THREADS=1 only when a node runs several ranks): the same run gives the same sums
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if config.logging.horovod_timeline and config.launch.backend == "horovod":   # lesson 10, read before hvd.init
+        os.environ["HOROVOD_TIMELINE"] = os.path.join(folder, "horovod_timeline.json")
     worker = None
     try:
         worker = backend_module(config.launch.backend).start_worker(config.launch.device, config.launch.timeout,
