@@ -11,6 +11,10 @@ The package is laid out by role; every module names the lesson that introduces i
                   (data parallelism, lesson 01; local and asynchronous SGD, lesson 04)
 - ``comm/``       hand-written all-reduces and the alpha-beta model of their cost (lesson 03)
 - ``measure/``    speedup measured on real ranks, and the models that explain it (lesson 05)
+- ``metrics``, ``monitor``, ``checkpoint``, ``faults``, ``horovod_timeline``   long jobs
+                  (lesson 10): what every rank writes down each step (and, when asked, to
+                  TensorBoard), watching those files from outside, saving and resuming every
+                  rank's state, failing on purpose, and Horovod's own timeline of its collectives
 - ``widgets/``    the lessons' pictures, drawn only from records
 - ``doctor``, ``cli``   what this machine can do (lesson 00), and ``distlab`` in a terminal
 """

@@ -136,8 +136,7 @@ def read(path: str) -> dict:
         with open(digest_path) as f:
             expected = f.read().strip()
         if hashlib.sha256(data).hexdigest() != expected:
-            raise CheckpointError(f"{path} is corrupt or truncated: its SHA-256 differs from the one saved with it "
-                                  f"({len(data)} bytes now)")
+            raise CheckpointError(f"{path} is corrupt or truncated: its SHA-256 differs from the one saved with it")
     import io
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

@@ -8,7 +8,8 @@ rank appends one JSON line per event to ``metrics_<rank>.jsonl`` in the run's fo
 ``event``      fields besides ``event``, ``rank``, ``world_size``, ``time`` (seconds since 1970)
 =============  ====================================================================================
 ``start``      ``pid``, ``restart`` (how many times the job was restarted before this life),
-               ``resumed_from`` (the step of the checkpoint it resumed from, or None), ``total``
+               ``max_restarts`` (how many torchrun allows), ``resumed_from`` (the step of the
+               checkpoint it resumed from, or None), ``total``
 ``step``       ``step`` (steps done), ``total``, ``loss``, ``accuracy``, ``samples`` (this rank's
                mini-batch), ``step_seconds``, ``comm_seconds`` (None when not timed apart)
 ``checkpoint`` ``step``, ``path``, ``seconds`` (how long saving took, barrier included)
@@ -51,7 +52,8 @@ class MetricsLog:
         if folder and tensorboard:
             from torch.utils.tensorboard import SummaryWriter   # (imported only when asked: ~1 s)
             self.board = SummaryWriter(os.path.join(folder, "tensorboard", f"rank_{self.rank}"))
-        self.write("start", pid=os.getpid(), restart=restart_count(), resumed_from=resumed_from, total=total)
+        self.write("start", pid=os.getpid(), restart=restart_count(), resumed_from=resumed_from, total=total,
+                   max_restarts=int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")))
 
     def write(self, event: str, **fields) -> None:
         if self.file is None:

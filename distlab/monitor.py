@@ -6,8 +6,8 @@ process (``distlab monitor RUN_DIR``, the monitor widget) and never talks to the
 cannot slow it down or break it.  ``poll()`` reads only the complete lines appended since the
 last call; ``status()`` makes a ``JobStatus`` of them: per rank its step, loss, throughput,
 seconds since its last line, restarts and checkpoints; for the job its state (``starting``,
-``running``, ``finished``, ``failed``: a rank left ``error_<rank>.json``, ``stalled``: a running
-rank silent for ``stall_seconds``) and who holds it up.  The rank that reports an error is not
+``running``, ``finished``, ``failed``: a rank left ``error_<rank>.json``, ``restarting``: the same
+while torchrun has restarts left, ``stalled``: a rank silent for ``stall_seconds``) and who holds it up.  The rank that reports an error is not
 always the one that broke (a rank killed outright writes nothing, its peers then fail), so a failed
 job also names the ranks that stopped without an error file.  A slow rank in a synchronous job is
 never more than a step behind (every all-reduce waits for it), but its compute time gives it away:
@@ -55,7 +55,7 @@ class RankStatus:
 class JobStatus:
     """Lesson 10: the whole job at one moment (``RunMonitor.status``)."""
     run_dir: str
-    state: str                              # starting, running, finished, failed, stalled
+    state: str                              # starting, running, finished, failed, restarting, stalled
     ranks: list[RankStatus]
     world_size: int | None = None           # from the lines (None: nothing read yet)
     behind: int | None = None               # the rank with the fewest steps, when they differ
@@ -151,7 +151,9 @@ class RunMonitor:
         job = JobStatus(self.run_dir, "starting", ranks, world_size=max(sizes, default=None))
         job.stalled = [r.rank for r in ranks if r.state == "stalled"]
         if errors:                 # the first error; a rank killed outright writes none (nor its end)
-            job.state, job.error, job.stalled = "failed", errors[0], []
+            lives = [s.start for s in read.values() if s.start]     # torchrun may restart it: not over yet
+            again = any(life.get("restart", 0) < life.get("max_restarts", 0) for life in lives)
+            job.state, job.error, job.stalled = "restarting" if again else "failed", errors[0], []
             told = {e.get("rank") for e in errors}
             job.silent = [r.rank for r in ranks if r.state != "finished" and r.rank not in told]
             for r in ranks:
@@ -207,8 +209,7 @@ class RunMonitor:
 
 
 def _parse(raw: str) -> dict | None:
-    """One line as a dict.  A rank killed mid-write leaves a partial line, and its next life
-    appends to it: the part from the last ``{"event"`` on is still a whole line."""
+    """One line as a dict (a partial line a killed rank left, then its next life's: the last whole one)."""
     for text in (raw, raw[raw.rfind('{"event"'):]):
         try:
             return json.loads(text)
@@ -239,8 +240,7 @@ def _rank_status(rank: int, s: _Rank, now: float, stall_seconds: float) -> RankS
     return out
 
 
-def _throughput(steps: list[dict]) -> float | None:
-    """Samples a second over the window, from the lines' times (checkpoints count); else from one step."""
+def _throughput(steps: list[dict]) -> float | None:   # samples/s over the window (checkpoints count)
     if len(steps) >= 2 and steps[-1]["time"] > steps[0]["time"]:
         return sum(s["samples"] for s in steps[1:]) / (steps[-1]["time"] - steps[0]["time"])
     seconds = steps[-1].get("step_seconds")

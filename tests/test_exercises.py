@@ -1,9 +1,10 @@
-"""Every exercise checker (distlab/exercises.py): a placeholder is "not answered yet", the
+"""Every exercise checker (distlab/exercises.py, exercises_failure.py): a placeholder is "not answered yet", the
 solution is accepted, and a typical wrong answer is rejected with a message that says why."""
 import pytest
 import torch
 
 from distlab import exercises as ex
+from distlab import exercises_failure as exf
 from distlab.comm import cost_model
 from distlab.data import load_digits
 from distlab.measure import speedup
@@ -61,6 +62,10 @@ CASES = {
                        "that is its local rank"),
     "09 fix the config": (ex.fix_the_config, {}, ["training.global_batch_size=96"],
                           ["launch.processes_per_node=5"], "keep the 2 nodes x 4 processes"),
+    "10 checkpoint interval": (exf.checkpoint_interval, dict(save_seconds=30, hours_between_failures=20),
+                               (2 * 30 * 72_000) ** 0.5, (30 * 72_000) ** 0.5, "half an interval"),
+    "10 steps redone": (exf.steps_redone, dict(reached=306, resumed_from=300, measured=6), 6, 306,
+                        "only the steps after the last checkpoint"),
 }
 
 

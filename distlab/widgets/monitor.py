@@ -1,6 +1,6 @@
 """Lesson 10's monitor: a running job's loss curves, each rank's progress, and who is behind.
 
-Introduced in ``notebooks/10_failure_at_scale.ipynb`` (failure is normal at scale).  The widget
+Introduced in ``notebooks/10_failure_is_normal_at_scale.ipynb`` (failure is normal at scale).  The widget
 reads what the ranks write down, ``metrics_<rank>.jsonl`` in the run's folder, through
 ``distlab.monitor.RunMonitor``, and nothing else: the same files ``distlab monitor RUN_DIR``
 reads in a terminal and that a cluster's job would leave on a shared disk.  So it can watch a job
@@ -93,7 +93,7 @@ def status_table(status: JobStatus) -> str:
 
 def headline(status: JobStatus, note: str = "") -> str:
     """Lesson 10: the job's state and who holds it up, highlighted when something is wrong."""
-    bad = status.state in ("failed", "stalled") or status.behind is not None or status.slowest is not None
+    bad = status.state in ("failed", "restarting", "stalled") or status.behind is not None or status.slowest is not None
     colour = VERMILLION if bad else "black"
     return f'<b style="color:{colour}">{html.escape(job_line(status) + note)}</b>'
 

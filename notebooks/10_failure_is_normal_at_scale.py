@@ -1,0 +1,303 @@
+# %% [markdown]
+# # Lesson 10 · Failure is normal at scale
+#
+# **Goal of this lesson.** The insurance company's training now runs for hours on a cluster
+# (lesson 09). On one machine a crash is rare; on hundreds it is a matter of when. A job that
+# cannot survive it starts over, and pays for every hour again. By the end of this lesson you can:
+#
+# 1. say why failures become *normal* as a job grows, with a little arithmetic;
+# 2. **watch** a running job from outside: loss, throughput, each rank's step, who is behind;
+# 3. **kill a worker on purpose** and watch torchrun restart the job, which resumes from its
+#    last **checkpoint** and ends with exactly the parameters of a run that was never interrupted;
+# 4. say what a checkpoint must hold, and why loading one must never run code;
+# 5. see what a notebook launch does when a rank dies, raises or hangs: it stops cleanly and names the rank;
+# 6. read TensorBoard's files and Horovod's own timeline of a job.
+
+# %%
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import distlab
+from distlab import checkpoint, exercises_failure, horovod_timeline, run
+from distlab import config as run_config
+from distlab.parallel import data_parallel
+from distlab.widgets.monitor import monitor
+
+WORK = tempfile.mkdtemp(prefix="distlab-lesson10-")      # this lesson's configs, runs and checkpoints
+
+# %% tags=["nbval-ignore-output"]
+from distlab import doctor
+
+print(doctor.this_run())    # the machine the numbers in this lesson come from
+
+# %% [markdown]
+# ## 1. Why failure is normal
+#
+# Say one machine fails, on average, once every few years: a disk, a memory error, a GPU that
+# falls off the bus, a kernel update, a network switch. A job on `n` machines stops when *any*
+# of them fails, so it sees `n` times as many failures. The numbers below are **assumptions**
+# for you to change, not measurements: the arithmetic is the point.
+
+# %%
+years_between_failures = 3            # an assumption: one machine's mean time between failures
+job_hours = 24                        # an assumption: how long the training runs
+
+for machines in (1, 8, 64, 512):
+    hours = years_between_failures * 365 * 24 / machines        # the job's mean time between failures
+    chance = 1 - math.exp(-job_hours / hours)            # failures arrive at random (Poisson)
+    print(f"{machines:4d} machines: a failure every {hours:7.0f} h; "
+          f"chance of at least one in {job_hours} h: {chance:6.1%}")
+
+# %% [markdown]
+# On one machine a day-long job almost never fails; on 512 it almost never finishes, unless it
+# can carry on after a failure. That takes two things: **checkpoints** (the job's whole state,
+# saved now and then) and a launcher that **restarts** the workers, which then resume from the
+# last checkpoint. torchrun does the second with `--max-restarts`; distlab does the first.
+#
+# ## 2. A long run, watched from outside
+#
+# Here is a run config (lesson 09) for a longer data-parallel training: 800 steps of the MLP,
+# Adam, 2 ranks. Three settings are new:
+#
+# - `checkpoint.every: 100`: every 100 steps each rank saves its state;
+# - `launch.max_restarts: 1`: if a rank fails, torchrun may restart the job once;
+# - `logging.tensorboard: true` (the default): TensorBoard files next to the metrics.
+
+# %%
+path = os.path.join(WORK, "long.yaml")
+long_run = run_config.RunConfig.parse({
+    "model": {"width": 64}, "training": {"steps": 800, "global_batch_size": 64, "optimizer": "adam", "lr": 0.002},
+    "parallel": {"method": "ddp"}, "launch": {"processes_per_node": 2, "max_restarts": 1, "port": 29851},
+    "checkpoint": {"every": 100}, "logging": {"dir": os.path.join(WORK, "runs"), "name": "long"}})
+long_run.save(path)
+run_dir = run.run_dir(long_run)
+print(open(path).read().split("parallel:")[0])    # the model and training sections
+
+# %% [markdown]
+# Every rank writes one line per step to `metrics_<rank>.jsonl` in the run's folder: its
+# step, loss, accuracy, samples and seconds; and a line at its start, at each checkpoint and at
+# its end. Anything that can read a file can watch the job: `tail -f`, `distlab monitor RUN_DIR`
+# in a terminal, or the **monitor widget** below, which redraws from those files while the job runs.
+#
+# We start the run as a terminal would (`distlab run long.yaml`, in the background), then watch it.
+
+# %% tags=["nbval-ignore-output"]
+job = run.start(path)                  # distlab run long.yaml, in the background
+watch = monitor(run_dir)               # follows the files until the job ends; the cell is free meanwhile
+
+# %% [markdown]
+# **Predict.** In a moment we kill rank 1 with `SIGKILL`, as the out-of-memory killer or a lost
+# machine would: no warning, no clean-up. What does rank 0 do, waiting for rank 1 in the next
+# all-reduce? What does torchrun do? From which step does training continue, and is anything lost?
+#
+# We wait until both ranks are past step 300, read rank 1's process id from its metrics file
+# (its `start` line), and kill it.
+
+# %% tags=["nbval-ignore-output"]
+status = watch.wait_until(lambda s: s.min_step >= 300, timeout=120)
+victim = status.ranks[1]
+os.kill(victim.pid, signal.SIGKILL)
+killed_at = time.time()
+print(f"killed rank 1 (pid {victim.pid}) at step {victim.step}; its last checkpoint was at step {victim.checkpoint}")
+
+# %% [markdown]
+# ## 3. The job comes back
+#
+# Rank 0's all-reduce fails at once (its peer's connection closed). torchrun's agent sees a
+# worker die, stops the others, and, with a restart left, starts **every** rank again: a new
+# *life* of the same job. Each new rank finds the newest checkpoint that every rank finished
+# saving, loads it, and carries on from there. The monitor shows it as a dotted line: the
+# steps after that checkpoint were lost and are trained again.
+
+# %%
+code = job.wait(timeout=300)
+final = watch.join(timeout=60)
+print("distlab run's exit code:", code)
+print("job state:", final.state)
+print("restarts:", [r.restarts for r in final.ranks])
+print("every rank finished all 800 steps:", all(r.step == 800 for r in final.ranks))
+print("resumed from a checkpoint (a multiple of 100):", all(r.resumed_from % 100 == 0 for r in final.ranks))
+assert code == 0 and final.state == "finished" and all(r.restarts == 1 for r in final.ranks)
+
+# %% tags=["nbval-ignore-output"]
+rank1 = final.ranks[1]
+lives = [json.loads(line) for line in open(os.path.join(run_dir, "metrics_1.jsonl")) if '"start"' in line]
+back = lives[-1]["time"] - killed_at
+print(f"rank 1 reached step {rank1.resumed_from + rank1.lost_steps}, went back to step {rank1.resumed_from}: "
+      f"{rank1.lost_steps} steps trained twice")
+print(f"{back:.1f} s from the kill to the new rank 1 starting (torchrun noticed, stopped rank 0, "
+      "started both again; most of it is Python importing PyTorch)")
+
+# %% [markdown]
+# **The check that matters.** Did the job end where it would have without the failure? We train
+# the same config once more, from the notebook this time, with no checkpoints and no failure,
+# and compare the parameters.
+
+# %%
+records = run.records(long_run)
+whole = distlab.launch(run_config.load(path, ["checkpoint.every=0"]), progress="none")
+difference = distlab.max_param_difference(whole[0].params, records[0].params)
+print("restarted run vs uninterrupted run, largest parameter difference <= 1e-6:", difference <= 1e-6)
+assert difference <= 1e-6
+
+# %% tags=["nbval-ignore-output"]
+print(f"largest difference: {difference:.3g}")   # 0 here: the same sums in the same order
+
+# %% [markdown]
+# The difference is zero, not just small: after a restart the ranks load every number the
+# training depends on, so they compute exactly what the uninterrupted ranks computed.
+#
+# ## 4. What a checkpoint holds, and why loading one must never run code
+#
+# To resume *exactly* a rank needs more than the weights: the optimizer's state (Adam's two
+# moments per parameter, its step count), where the data sampler is (here the mini-batches are a
+# function of the seed and the step, so the step says it all), and the random number generators.
+# Each rank saves its **own** file: under data parallelism they are copies, but a pipeline stage
+# holds only its layers and a ZeRO rank only its slice of the optimizer (lesson 08), so nobody
+# has to gather the whole model. A checkpoint counts only when every rank has saved (a barrier,
+# then `complete.json`); each file is written under a temporary name and then renamed, so a
+# crash mid-save leaves the previous checkpoint whole.
+
+# %%
+step, folder = checkpoint.latest(long_run.checkpoint_dir())
+print("newest complete checkpoint: step", step)
+print("its files:", sorted(os.listdir(folder)))
+state = checkpoint.read(os.path.join(folder, "rank_0.pt"))
+print("what rank 0 saved:", sorted(state))
+print("optimizer state of the first weight:", sorted(state["optimizer"]["state"][0]))
+
+# %% [markdown]
+# A checkpoint file is a pickle, and unpickling can run any code the file's author chose. So
+# checkpoints are loaded with `torch.load(..., weights_only=True)`, which accepts tensors,
+# numbers and strings only, after checking the file's SHA-256. A damaged file is refused with a
+# clear error instead of training on garbage:
+
+# %%
+damaged = os.path.join(WORK, "damaged")
+os.makedirs(damaged, exist_ok=True)
+for name in ("rank_0.pt", "rank_0.sha256"):
+    with open(os.path.join(folder, name), "rb") as f, open(os.path.join(damaged, name), "wb") as g:
+        g.write(f.read())
+with open(os.path.join(damaged, "rank_0.pt"), "r+b") as f:
+    f.seek(200)
+    f.write(b"\0" * 16)                         # sixteen bytes of a disk going bad
+try:
+    checkpoint.read(os.path.join(damaged, "rank_0.pt"))
+except checkpoint.CheckpointError as err:
+    print(str(err).replace(WORK, "WORK"))
+
+# %% [markdown]
+# ## 5. Failures in a notebook launch
+#
+# A notebook launch has no restarts: when a rank fails, `distlab.launch` stops every rank, checks
+# that none is left, and raises `WorkerError` naming the rank. With checkpoints, the next launch
+# simply carries on. `fault=` breaks a rank on purpose (as chaos tests do on real clusters):
+# here rank 1 raises in the middle of step 12.
+
+# %%
+saves = {"dir": os.path.join(WORK, "notebook_ckpt"), "every": 5}
+settings = dict(method="ddp", optimizer="adam", lr=0.002, global_batch_size=64, steps=40, progress="none")
+try:
+    distlab.launch(data_parallel.train, 2, checkpoint=saves, fault={"kind": "raise", "rank": 1, "step": 12},
+                   **settings)
+except distlab.WorkerError as err:
+    print(str(err).splitlines()[0])
+again = distlab.launch(data_parallel.train, 2, checkpoint=saves, **settings)
+print("the next launch resumed from step", again[0].resumed_from, "and trained", len(again[0].steps), "steps")
+
+# %% [markdown]
+# The other faults behave alike, and the tests check each one for both backends and for a
+# pipeline: a rank killed by `SIGKILL` ("killed by SIGKILL"), a rank that **hangs** (the others'
+# collective timeout fires; the launcher names the rank that never answered), an interrupt of
+# the kernel (every rank stopped within seconds), and the launcher itself killed. In each case
+# no process is left behind and the last good checkpoint is still there.
+#
+# ## 6. Monitoring tools
+#
+# The same metrics files, read in a terminal (`distlab monitor` follows a running job; `--once`
+# prints one snapshot):
+
+# %% tags=["nbval-ignore-output"]
+terminal = subprocess.run([sys.executable, "-m", "distlab.cli", "monitor", run_dir, "--once"],
+                          capture_output=True, text=True)
+print(terminal.stdout.replace(WORK, "WORK"))
+
+# %% [markdown]
+# And in **TensorBoard**: every rank wrote event files under `tensorboard/rank_<r>` in the run's
+# folder. In a terminal, `tensorboard --logdir RUN_FOLDER` serves them as a web page with every
+# rank's loss, throughput and step time (on Binder, open it through the Jupyter server's proxy).
+
+# %%
+print(sorted(os.listdir(os.path.join(run_dir, "tensorboard"))))
+
+# %% [markdown]
+# ## 7. Horovod: its timeline, and why its elastic mode is not shown here
+#
+# Horovod records its own **timeline** when asked (`logging.horovod_timeline: true`): for every
+# gradient, when the ranks agreed it was ready (`NEGOTIATE_ALLREDUCE`: time spent here is time
+# spent waiting for the slowest rank), when it was packed into the fusion buffer, and how long
+# the transfer (`GLOO_ALLREDUCE`) took. Rank 0 writes it as a Chrome trace: open it in
+# `chrome://tracing` or ui.perfetto.dev, or read it:
+
+# %%
+hvd_path = os.path.join(WORK, "horovod.yaml")
+run_config.RunConfig.parse({
+    "training": {"steps": 3, "global_batch_size": 64}, "parallel": {"method": "ddp"},
+    "launch": {"backend": "horovod", "processes_per_node": 2},
+    "logging": {"dir": os.path.join(WORK, "runs"), "name": "horovod", "horovod_timeline": True}}).save(hvd_path)
+hvd_run = subprocess.run([sys.executable, "-m", "distlab.cli", "run", hvd_path], capture_output=True, text=True)
+spans = horovod_timeline.read_timeline(os.path.join(WORK, "runs", "horovod", "horovod_timeline.json"))
+phases = horovod_timeline.phase_totals(spans)
+print("phases recorded:", ", ".join(p for p in ("NEGOTIATE_ALLREDUCE", "ALLREDUCE", "GLOO_ALLREDUCE") if p in phases))
+
+# %% tags=["nbval-ignore-output"]
+for phase, (count, ms) in phases.items():
+    print(f"{phase:26s} {count:4d} times, {ms:8.2f} ms in all")
+
+# %% [markdown]
+# Horovod also has an **elastic** mode (`horovodrun --min-np ... --host-discovery-script ...`,
+# `hvd.elastic.run`), which keeps training on the surviving workers. It works with this Gloo
+# build, but not on one machine: when a worker exits with an error Horovod's driver blacklists
+# its whole **host**, and on a single host that blacklists every slot, so the driver stops the
+# job (Horovod 0.28.1, `runner/elastic/registration.py`). It needs at least two hosts; torchrun's
+# restarts, above, work on one.
+#
+# ## Summary
+#
+# - The more machines, the more often a job sees a failure: at scale, surviving one is part of training.
+# - A checkpoint is the whole state of every rank: parameters, optimizer, data position, random
+#   generators; saved by each rank, complete only when all have saved, written then renamed, and
+#   loaded without running code.
+# - torchrun's restarts plus checkpoints turned a killed worker into a short pause: the job
+#   finished with exactly the parameters of an uninterrupted run, having trained a few steps twice.
+# - A job is watched from outside, through the files its ranks write: the monitor widget,
+#   `distlab monitor`, TensorBoard, Horovod's timeline.
+#
+# ## Exercises
+#
+# **1. How often to save?** Saving costs time; a failure loses, on average, half the time since
+# the last checkpoint. Say a checkpoint of the insurance company's model takes 30 s to write and
+# the job sees a failure every 20 hours. How many seconds between checkpoints waste the least time?
+
+# %%
+my_interval = ...        # seconds between checkpoints
+exercises_failure.checkpoint_interval(my_interval, save_seconds=30, hours_between_failures=20)
+
+# %% [markdown]
+# **2. What did your failure cost?** Your rank 1 had reached step `reached` (printed below) when
+# it was killed, and the job resumed from the checkpoint of step `resumed_from`. How many steps
+# did the job train twice? (The checker compares with what the monitor measured in your run.)
+
+# %% tags=["nbval-ignore-output"]
+reached, resumed_from = rank1.resumed_from + rank1.lost_steps, rank1.resumed_from
+print("reached:", reached, " resumed_from:", resumed_from)
+
+# %%
+my_redone = ...
+exercises_failure.steps_redone(my_redone, reached=reached, resumed_from=resumed_from, measured=rank1.lost_steps)
