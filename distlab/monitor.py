@@ -11,9 +11,9 @@ while torchrun has restarts left, ``stalled``: a rank silent for ``stall_seconds
 it up.  The rank that reports an error is not always the one that broke (a rank killed outright
 writes nothing, its peers then fail), so a failed job also names the ranks that left no error file.
 A slow rank in a synchronous job is never more than a step behind (every all-reduce waits for it),
-but its compute time gives it away: ``JobStatus.slowest``.  After a restart (torchrun's ``--max-restarts``) a rank's new life writes a
-``start`` line and steps again from its checkpoint: the loss history drops the lost steps and
-notes the restart, so the curve shows the job going back and carrying on.
+but its compute time gives it away: ``JobStatus.slowest``.  After a restart (``--max-restarts``) a
+rank's new life writes a ``start`` line and steps again from its checkpoint: the loss history
+drops the lost steps and notes the restart, so the curve shows the job going back and carrying on.
 """
 from __future__ import annotations
 
