@@ -163,7 +163,7 @@ class RunConfig(Section):
         try:
             return cls.model_validate(data)
         except ValidationError as err:
-            raise ConfigError(explain(err, source)) from None
+            raise ConfigError(explain(err, source, cls)) from None
 
     def save(self, path: str) -> str:
         text = (dump_toml(self.model_dump()) if path.endswith(".toml")

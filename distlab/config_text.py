@@ -14,13 +14,13 @@ class ConfigError(ValueError):
     """A run config that cannot be used; the message names the key, the value and what is allowed."""
 
 
-def explain(err: ValidationError, source: str) -> str:
+def explain(err: ValidationError, source: str, schema: type[BaseModel]) -> str:
     """pydantic's errors, one line each: ``where: the value: what is allowed``."""
     lines = [f"{source}: {len(err.errors())} problem(s) in the run config"]
     for e in err.errors():
         where = ".".join(str(x) for x in e["loc"]) or "(the config as a whole)"
         if e["type"] == "extra_forbidden":
-            section = _section(e["loc"][:-1])
+            section = _section(schema, e["loc"][:-1])
             allowed = ", ".join(section.model_fields) if section else "?"
             lines.append(f"  {where}: unknown key (allowed here: {allowed})")
         elif e["type"] == "value_error":
@@ -30,10 +30,8 @@ def explain(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def _section(loc):
-    from .config import RunConfig
-
-    model = RunConfig
+def _section(schema, loc):
+    model = schema
     for key in loc:
         field = model.model_fields.get(key)
         if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
