@@ -26,7 +26,7 @@ import time
 import distlab
 from distlab import checkpoint, exercises_failure, horovod_timeline, run
 from distlab import config as run_config
-from distlab.parallel import data_parallel
+from distlab.parallel import data_parallel, horovod_elastic
 from distlab.widgets.monitor import monitor
 
 WORK = tempfile.mkdtemp(prefix="distlab-lesson10-")      # this lesson's configs, runs and checkpoints
@@ -210,6 +210,7 @@ except distlab.WorkerError as err:
     print(str(err).splitlines()[0])
 again = distlab.launch(data_parallel.train, 2, checkpoint=saves, **settings)
 print("the next launch resumed from step", again[0].resumed_from, "and trained", len(again[0].steps), "steps")
+distlab.shutdown()          # the warm ranks hold memory; the runs below start their own
 
 # %% [markdown]
 # The other faults behave alike, and the tests check each one for both backends and for a
@@ -237,7 +238,7 @@ print(terminal.stdout.replace(WORK, "WORK"))
 print(sorted(os.listdir(os.path.join(run_dir, "tensorboard"))))
 
 # %% [markdown]
-# ## 7. Horovod: its timeline, and why its elastic mode is not shown here
+# ## 7. Horovod: its timeline, and its elastic mode
 #
 # Horovod records its own **timeline** when asked (`logging.horovod_timeline: true`): for every
 # gradient, when the ranks agreed it was ready (`NEGOTIATE_ALLREDUCE`: time spent here is time
@@ -261,13 +262,25 @@ for phase, (count, ms) in phases.items():
     print(f"{phase:26s} {count:4d} times, {ms:8.2f} ms in all")
 
 # %% [markdown]
-# Horovod also has an **elastic** mode (`horovodrun --min-np ... --host-discovery-script ...`,
-# `hvd.elastic.run`), which keeps training on the surviving workers. It works with this Gloo
-# build, but not on one machine: when a worker exits with an error Horovod's driver blacklists
-# its whole **host**, and on a single host that blacklists every slot, so the driver stops the
-# job (Horovod 0.28.1, `runner/elastic/registration.py`). It needs at least two hosts; torchrun's
-# restarts, above, work on one.
-#
+# Horovod also has an **elastic** mode, which keeps the *survivors* running instead of
+# restarting everyone: the training state lives in an `hvd.elastic.TorchState` and
+# `state.commit()` copies it in memory every few steps; when a worker dies, the others' next
+# all-reduce fails, Horovod forms a new, smaller ring, puts the state back to the last commit and
+# carries on. It works with this Gloo build, with one catch on a single machine: Horovod blames
+# a failure on the worker's whole **host** and blacklists it, and when every host is blacklisted
+# it stops the job (Horovod 0.28.1, `runner/elastic/registration.py`). So a machine listed once
+# (`localhost:2`) cannot survive anything. `distlab.parallel.horovod_elastic` lists this machine
+# twice, as `localhost` and `127.0.0.1`, one worker each; losing one leaves the other. Its
+# mini-batches do not depend on the number of workers (each takes a slice of the same global
+# batch), so the survivor trains on the same data. The test `tests/test_horovod_elastic.py` kills
+# a worker mid-training with this command and compares the survivor's parameters with an
+# uninterrupted run:
+
+# %%
+line = " ".join(horovod_elastic.command(os.path.join(WORK, "elastic"), 80, fault_step=35))
+print(line.replace(sys.executable, "python").replace(WORK, "WORK").replace(os.path.dirname(distlab.__file__), "DISTLAB"))
+
+# %% [markdown]
 # ## Summary
 #
 # - The more machines, the more often a job sees a failure: at scale, surviving one is part of training.
@@ -276,8 +289,13 @@ for phase, (count, ms) in phases.items():
 #   loaded without running code.
 # - torchrun's restarts plus checkpoints turned a killed worker into a short pause: the job
 #   finished with exactly the parameters of an uninterrupted run, having trained a few steps twice.
+# - Horovod's elastic mode keeps the survivors going from an in-memory commit instead; it blames
+#   a failure on a whole host, so it needs two hosts (here: this machine under two names).
 # - A job is watched from outside, through the files its ranks write: the monitor widget,
 #   `distlab monitor`, TensorBoard, Horovod's timeline.
+# - For the insurance company: a long run on many machines will see failures; with checkpoints
+#   every so often (exercise 1) and restarts, a failure costs the steps since the last checkpoint
+#   and a restart's start-up (section 3 measured both for your run), not the run.
 #
 # ## Exercises
 #
