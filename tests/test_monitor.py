@@ -84,14 +84,19 @@ def test_the_widget_draws_a_finished_run_once(followed):
         widget.wait_until(lambda s: s.min_step >= 21)
 
 
-def test_a_rank_that_raises_fails_the_job_naming_it(tmp_path, capsys):
-    path = config_file(tmp_path, "broken", 29743, fault={"kind": "raise", "rank": 1, "step": 5})
+def run_and_watch(path, expected_code):
+    """``distlab run`` to its end, then what the monitor reads in the run's folder."""
     out = subprocess.run([*CLI, "run", path], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 1, out.stdout[-3000:]
+    assert out.returncode == expected_code, out.stdout[-3000:]
     folder = run.run_dir(cfg.load(path))
     monitor = RunMonitor(folder)
     monitor.poll()
-    status = monitor.status()
+    return folder, monitor.status()
+
+
+def test_a_rank_that_raises_fails_the_job_naming_it(tmp_path, capsys):
+    path = config_file(tmp_path, "broken", 29743, fault={"kind": "raise", "rank": 1, "step": 5})
+    folder, status = run_and_watch(path, expected_code=1)
     assert status.state == "failed" and status.error["rank"] == 1 and status.error["type"] == "InjectedFault"
     assert status.silent == [] and status.max_step == 5          # rank 0 wrote its error too (a lost peer)
     assert "rank 1 failed: InjectedFault" in describe(status).splitlines()[-1]
@@ -103,12 +108,7 @@ def test_a_restarted_run_goes_back_to_its_checkpoint_and_finishes(tmp_path):
     """Rank 1 is killed in its 13th step; torchrun restarts both ranks, which resume from step 10."""
     path = config_file(tmp_path, "restarted", 29745, launch={"max_restarts": 1}, checkpoint={"every": 5},
                        fault={"kind": "kill", "rank": 1, "step": 12})
-    out = subprocess.run([*CLI, "run", path], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:]
-    folder = run.run_dir(cfg.load(path))
-    monitor = RunMonitor(folder)
-    monitor.poll()
-    status = monitor.status()
+    folder, status = run_and_watch(path, expected_code=0)
     assert status.state == "finished", describe(status)       # rank 0's error was the first life's
     for rank, record in zip(status.ranks, run.records(cfg.load(path))):
         assert (rank.restarts, rank.resumed_from, rank.restart_points, rank.lost_steps) == (1, 10, [(1, 10)], 2)
