@@ -188,7 +188,7 @@ def run(config: RunConfig, node_rank: int = 0, stream=None) -> int:
             proc.wait(timeout=30)
             print("  interrupted: every rank on this node was stopped", file=stream)
             return 130
-    return _report(config, folder, proc.returncode, time.time() - started, log_path, stream)
+    return _report(config, folder, proc.returncode, time.time() - started, log_path, stream, node_rank)
 
 
 def start(config_path: str, *overrides: str) -> subprocess.Popen:
@@ -203,7 +203,7 @@ def start(config_path: str, *overrides: str) -> subprocess.Popen:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
-def _report(config, folder, code, seconds, log_path, stream) -> int:
+def _report(config, folder, code, seconds, log_path, stream, node_rank=0) -> int:
     import torch
 
     errors = []
@@ -211,17 +211,17 @@ def _report(config, folder, code, seconds, log_path, stream) -> int:
         with open(os.path.join(folder, name)) as f:
             errors.append(json.load(f))
     restarts = _restarts(folder)
+    with open(log_path, errors="replace") as f:
+        log = f.read()
+    failures = _failures(errors, log, node_rank * config.launch.processes_per_node)
     if code != 0:
-        for err in errors:
-            print(f"rank {err['rank']} failed: {err['type']}: {err['message']}", file=stream)
-        with open(log_path) as f:
-            tail = f.read()[-3000:]
-        print(f"distlab run: failed (exit {code}); the launcher's log, {log_path}, ends:\n{tail}", file=stream)
+        for line in failures:
+            print(line, file=stream)
+        print(f"distlab run: failed (exit {code}); the launcher's log, {log_path}, ends:\n{log[-3000:]}", file=stream)
         return 1
     if restarts:                         # lesson 10: failures that restarts got over
-        said = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}" for e in errors) or "a rank died"
-        print(f"  torchrun restarted the ranks {restarts} time(s) ({said}); they resumed from a checkpoint",
-              file=stream)
+        print(f"  torchrun restarted the ranks {restarts} time(s) ({'; '.join(failures) or 'a rank died'}); "
+              "they resumed from a checkpoint", file=stream)
     records = {rec.rank: rec for rec in _records(folder)}
     summary = {"seconds": round(seconds, 2), "ranks_here": sorted(records), "restarts": restarts,
                "resumed_from": {r: rec.resumed_from for r, rec in records.items()},
@@ -239,6 +239,21 @@ def _report(config, folder, code, seconds, log_path, stream) -> int:
         print(f"  rank 0's parameters saved to {path}", file=stream)
     print(f"distlab run: done in {seconds:.1f} s; records in {folder}", file=stream)
     return 0
+
+
+def _failures(errors: list[dict], log: str, first_rank: int) -> list[str]:
+    """Lesson 10: who failed how.  A rank killed outright writes no error, and its peers then fail
+    with "connection reset": so the ranks the launcher saw killed by a signal come first."""
+    import re
+
+    signals = {int(s): s.name for s in signal.Signals}
+    killed = {first_rank + int(local): signals.get(-int(code), code)                    # torchrun's log
+              for code, local in re.findall(r"failed \(exitcode: (-\d+)\) local_rank: (\d+)", log)}
+    killed.update({int(rank): signals.get(int(code) - 128, code)                        # horovodrun's
+                   for rank, code in re.findall(r"Process (\d+) exit with status code (\d+)", log)
+                   if 128 < int(code) < 128 + 65})
+    lines = [f"rank {rank} was killed by {name} (it left no error of its own)" for rank, name in sorted(killed.items())]
+    return lines + [f"rank {e['rank']} failed: {e['type']}: {e['message']}" for e in errors]
 
 
 def _restarts(folder: str) -> int:

@@ -182,6 +182,8 @@ def test_torchrun_restarts_a_killed_worker_and_the_job_finishes_as_if_nothing_ha
                          timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "torchrun restarted the ranks 1 time(s)" in out.stdout
+    blamed = "rank 1 was killed by SIGKILL" if kind == "kill" else "rank 1 failed: InjectedFault"
+    assert blamed in out.stdout, out.stdout
     records = runs.records(cfg.load(path))
     assert [r.resumed_from for r in records] == [20, 20]
     whole = distlab.launch(cfg.load(elastic_config(tmp_path, "whole")), progress="none", warm=False)
