@@ -224,7 +224,8 @@ for pipe, tens in ((1, 1), (2, 1), (1, 2), (2, 2)):
     m = memory_model.per_rank(n2048, 8, stage=1, optimizer="adam", precision="fp32", pipeline=pipe, tensor=tens)
     print(f"{pipe} pipeline stage(s) x {tens} tensor slice(s) x {8 // (pipe * tens)} data replicas: "
           f"{m.total / 1e6:5.1f} MB per rank")
-#
+
+# %% [markdown]
 # ## 5. The same job as a DeepSpeed config
 #
 # DeepSpeed, where ZeRO comes from, is driven by a config file: batch sizes, precision, ZeRO

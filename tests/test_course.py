@@ -1,0 +1,55 @@
+"""The course as a whole (course/README.md): every question of the original material is on the
+concept map, and every link in the course's pages points at a notebook section or file that exists."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COURSE = ROOT / "course"
+# the questions of Azure ML's module on distributed training that the course must answer by measuring
+QUESTIONS = ["Data parallelism against model parallelism", "Multi-GPU against multi-node",
+             "Data partitions and mini-batches", "Per-worker gradients averaged into one global update",
+             "Parameter server against all-reduce", "Synchronisation", "Horovod", "DeepSpeed, ZeRO and 3D parallelism",
+             "Speedup and overhead", "The drawbacks and the advantages of distributed training", "Monitoring a job",
+             "What a job's configuration file is for", "Moving to a cluster or a cloud"]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def headings(notebook: Path) -> set[str]:
+    """The anchors JupyterLab gives the notebook's markdown headings: the text, spaces as dashes."""
+    found = set()
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if (m := re.match(r"^#{1,6}\s+(.*\S)\s*$", line)):
+                    found.add(m.group(1).replace(" ", "-"))
+    return found
+
+
+def concept_map() -> list[str]:
+    text = (COURSE / "README.md").read_text()
+    section = text.split("## Concept map", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Question")]
+
+
+def test_every_question_of_the_original_material_is_on_the_map_with_a_place_to_measure_it():
+    rows = concept_map()
+    for question in QUESTIONS:
+        row = [r for r in rows if r.startswith(f"| {question}")]
+        assert row, f"the concept map has no row for {question!r}"
+        assert LINK.search(row[0]), f"{question!r} does not link to the section where it is measured"
+
+
+@pytest.mark.parametrize("page", sorted(p.relative_to(ROOT).as_posix() for p in COURSE.rglob("*.md")))
+def test_every_link_points_at_something_that_exists(page):
+    path = ROOT / page
+    links = [t for t in LINK.findall(path.read_text()) if not t.startswith(("http://", "https://", "mailto:"))]
+    for target in links:
+        file, _, anchor = target.partition("#")
+        where = (path.parent / file).resolve() if file else path
+        assert where.exists(), f"{page} links to {target}: no such file"
+        if anchor and where.suffix == ".ipynb":
+            assert anchor in headings(where), (f"{page} links to {target}: {where.name} has no section "
+                                               f"{anchor.replace('-', ' ')!r}")
