@@ -155,3 +155,6 @@ assert shards == [-(-digits.n_train // 2)] * 2
 # `course/solutions/` (`course/README.md` lists them).
 #
 # Next: **01 · Data parallelism**.
+
+# %% [markdown]
+# **Next:** [01 · Data parallelism](01_data_parallelism.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -221,3 +221,6 @@ exercises.shards_of_three(answer, n=digits.n_train, global_batch_size=96, world_
 # exactly the steps of one process on an N times larger batch. Data parallelism buys a bigger
 # batch per step, not a different algorithm. Next, **02 · Horovod** runs the same training with
 # Horovod.
+
+# %% [markdown]
+# **Previous:** [00 · Welcome to distlab](00_welcome.ipynb) · **Next:** [02 · The same job with Horovod](02_horovod.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -227,3 +227,6 @@ exercises.horovodrun_start(my_command, horovod_backend.horovodrun_command(4, "ru
 # per-cycle overhead dominates; with real computation per step it weighs less but, on a 2-core
 # machine where communication and computation share the same cores, it does not vanish. Next,
 # **03 · Combining gradients** opens the all-reduce itself: parameter server, ring and tree.
+
+# %% [markdown]
+# **Previous:** [01 · Data parallelism](01_data_parallelism.ipynb) · **Next:** [03 · Combining gradients: parameter server vs all-reduce](03_combining_gradients.ipynb) · [The course: map, glossary, solutions](../course/README.md)

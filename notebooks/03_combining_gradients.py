@@ -235,3 +235,6 @@ print("the ring-trained ranks took the steps of one process, within 1e-5")
 #   CPU, the ring cannot show its strength. Lesson 05 asks when distributing pays at all.
 #
 # Benchmark on a quiet machine: `python bench/collectives.py`.
+
+# %% [markdown]
+# **Previous:** [02 · The same job with Horovod](02_horovod.ipynb) · **Next:** [04 · Keeping workers in sync](04_keeping_workers_in_sync.ipynb) · [The course: map, glossary, solutions](../course/README.md)

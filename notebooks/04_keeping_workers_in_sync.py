@@ -285,3 +285,6 @@ exercises.local_sgd_rounds(my_answer, local_sgd.all_reduce_rounds(by_run[2][0]),
 # | local SGD, every k | yes, every k steps | no, but copies drift | 1/k |
 #
 # Next lesson: does distributing pay at all on this machine, and when?
+
+# %% [markdown]
+# **Previous:** [03 · Combining gradients: parameter server vs all-reduce](03_combining_gradients.ipynb) · **Next:** [05 · Does distributing pay?](05_does_distributing_pay.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -382,3 +382,6 @@ print(f"compute per rank at 8 ranks: about {worst[1]['compute_s'] / 8 * 1e3:.3f}
 #   `bench/scaling.py` does it for the regimes of this lesson.
 #
 # Next lesson: when the model itself no longer fits on one worker, **06 · Splitting the model**.
+
+# %% [markdown]
+# **Previous:** [04 · Keeping workers in sync](04_keeping_workers_in_sync.ipynb) · **Next:** [06 · Splitting the model](06_splitting_the_model.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -275,3 +275,6 @@ exercises.activation_bytes(my_bytes, batch=256, width=512, micro_batches=8)
 #
 # Next lesson: split each *layer* instead (tensor parallelism), and combine the three ways of
 # splitting in one grid of ranks.
+
+# %% [markdown]
+# **Previous:** [05 · Does distributing pay?](05_does_distributing_pay.ipynb) · **Next:** [07 · Tensor and 3D parallelism](07_tensor_and_3d_parallelism.ipynb) · [The course: map, glossary, solutions](../course/README.md)

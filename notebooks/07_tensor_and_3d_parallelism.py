@@ -243,3 +243,6 @@ exercises.equal_traffic_batch(my_batch, width=512)
 # | pipeline (lesson 06) | its stages | activations forward, gradients back, between neighbours | (p-1)/(m+p-1) and more |
 # | tensor parallelism | a slice of every split layer | two all-reduces of activations per block, inside the passes | none |
 # | 3D | a slice of its stages | all three, each in its own group | the pipeline's |
+
+# %% [markdown]
+# **Previous:** [06 · Splitting the model](06_splitting_the_model.ipynb) · **Next:** [08 · ZeRO: sharding what every worker used to copy](08_zero_sharding_what_every_worker_copied.ipynb) · [The course: map, glossary, solutions](../course/README.md)

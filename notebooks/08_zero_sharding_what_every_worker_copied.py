@@ -306,3 +306,6 @@ exercises.zero3_traffic_ratio(my_ratio)
 # data parallelism is the simplest choice. When they no longer fit, ZeRO-1 and ZeRO-2 give
 # back most of the memory for no extra traffic; ZeRO-3 gives back the rest for 1.5 times the
 # traffic, and the model parallelism of lessons 06 and 07 divides what is left.
+
+# %% [markdown]
+# **Previous:** [07 · Tensor and 3D parallelism](07_tensor_and_3d_parallelism.ipynb) · **Next:** [09 · From laptop to cluster](09_from_laptop_to_cluster.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -269,3 +269,6 @@ exercises.fix_the_config(my_overrides)
 #   inside a node, and that decides how the work is split. For the insurance company: start on
 #   one node with several GPUs, and go multi-node when the data or the model outgrows it, with
 #   the same config.
+
+# %% [markdown]
+# **Previous:** [08 · ZeRO: sharding what every worker used to copy](08_zero_sharding_what_every_worker_copied.ipynb) · **Next:** [10 · Failure is normal at scale](10_failure_is_normal_at_scale.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -319,3 +319,6 @@ print("reached:", reached, " resumed_from:", resumed_from)
 # %%
 my_redone = ...
 exercises_failure.steps_redone(my_redone, reached=reached, resumed_from=resumed_from, measured=rank1.lost_steps)
+
+# %% [markdown]
+# **Previous:** [09 · From laptop to cluster](09_from_laptop_to_cluster.ipynb) · [The course: map, glossary, solutions](../course/README.md)

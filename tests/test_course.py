@@ -53,3 +53,16 @@ def test_every_link_points_at_something_that_exists(page):
         if anchor and where.suffix == ".ipynb":
             assert anchor in headings(where), (f"{page} links to {target}: {where.name} has no section "
                                                f"{anchor.replace('-', ' ')!r}")
+
+
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("index", range(len(LESSONS)), ids=[p.stem for p in LESSONS])
+def test_every_lesson_ends_with_links_to_the_lessons_before_and_after_it(index):
+    last = [c for c in nbformat.read(LESSONS[index], as_version=4).cells if c.cell_type == "markdown"][-1].source
+    targets = LINK.findall(last)
+    expected = [LESSONS[i].name for i in (index - 1, index + 1) if 0 <= i < len(LESSONS)] + ["../course/README.md"]
+    assert targets == expected, f"{LESSONS[index].name}'s last cell links to {targets}, not {expected}"
+    for target in targets:
+        assert (LESSONS[index].parent / target).exists()
