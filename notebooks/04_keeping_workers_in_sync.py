@@ -111,6 +111,14 @@ assert typical_slow[1] < DELAY / 2                      # the straggler itself i
 assert distlab.throughput(slow) < distlab.throughput(plain)
 print("the fast rank waits for the slow one at every all-reduce, and the job slows down")
 
+
+# %%
+from distlab import course_results
+
+course_results.remember("04", straggler_seconds=DELAY,                 # for lesson 11
+                        extra_wait_of_rank_0=float(typical_slow[0] - typical_plain[0]),
+                        samples_per_second={"without": distlab.throughput(plain), "with": distlab.throughput(slow)})
+
 # %% [markdown]
 # **Why.** A synchronous step ends when the *slowest* rank has contributed its gradient, so every
 # rank steps at the straggler's pace: 20 ms more per step for everybody, and the fast rank spends

@@ -119,6 +119,12 @@ for name in REGIMES:
     guess = "nothing" if my_guess[name] is ... else f"{my_guess[name]:.2f}"
     print(f"{name:>6}: you guessed {guess}, measured {measured[name]:.2f}")
 
+
+# %%
+from distlab import course_results
+
+course_results.remember("05", speedup_2_ranks=measured, regimes=REGIMES)   # for lesson 11
+
 # %% [markdown]
 # Which configurations gained, and by more than the spread? Each configuration ran twice
 # (two repeats, a few seconds apart); the next cell compares 2 ranks with one process in every

@@ -149,6 +149,12 @@ assert difference <= 1e-6
 # %% tags=["nbval-ignore-output"]
 print(f"largest difference: {difference:.3g}")   # 0 here: the same sums in the same order
 
+# %%
+from distlab import course_results
+
+course_results.remember("10", steps_redone=rank1.lost_steps, resumed_from=rank1.resumed_from,  # for lesson 11
+                        seconds_to_restart=back, largest_difference=difference)
+
 # %% [markdown]
 # The difference is zero, not just small: after a restart the ranks load every number the
 # training depends on, so they compute exactly what the uninterrupted ranks computed.
@@ -316,9 +322,10 @@ exercises_failure.checkpoint_interval(my_interval, save_seconds=30, hours_betwee
 reached, resumed_from = rank1.resumed_from + rank1.lost_steps, rank1.resumed_from
 print("reached:", reached, " resumed_from:", resumed_from)
 
+
 # %%
 my_redone = ...
 exercises_failure.steps_redone(my_redone, reached=reached, resumed_from=resumed_from, measured=rank1.lost_steps)
 
 # %% [markdown]
-# **Previous:** [09 · From laptop to cluster](09_from_laptop_to_cluster.ipynb) · [The course: map, glossary, solutions](../course/README.md)
+# **Previous:** [09 · From laptop to cluster](09_from_laptop_to_cluster.ipynb) · **Next:** [11 · What did you find? A knowledge check, and the answer for the insurance company](11_knowledge_check.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from distlab import exercises as ex
+from distlab import exercises_course as exc
 from distlab import exercises_failure as exf
 from distlab.comm import cost_model
 from distlab.data import load_digits
@@ -14,6 +15,14 @@ LOCAL = [torch.arange(12.0).reshape(3, 4) * (r + 1) for r in range(2)]
 AVERAGE = torch.stack(LOCAL).mean(0)
 CLUSTER = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
 ALPHA, BETA, NBYTES = 200e-6, 1 / 2e9, speedup.gradient_bytes("mlp", 64)
+
+PLACES = ["the data takes too long on one worker", "the model does not fit in one worker's memory",
+          "the optimizer's state does not fit, the model does"]
+STORED = {"01": {"world_size": 2, "max_param_difference": 3.6e-7},
+          "04": {"straggler_seconds": 0.02, "extra_wait_of_rank_0": 0.0203},
+          "05": {"speedup_2_ranks": {"worst": 0.05, "probe": 0.88, "best": 0.87}},
+          "08": {"world_size": 2, "bytes_held_by_rank_0": {"0": 1360036, "3": 680040}},
+          "10": {"steps_redone": 5}}
 
 # checker, its context, the solution, a typical wrong answer, words the rejection must contain
 CASES = {
@@ -66,6 +75,17 @@ CASES = {
                                (2 * 30 * 72_000) ** 0.5, (30 * 72_000) ** 0.5, "half an interval"),
     "10 steps redone": (exf.steps_redone, dict(reached=306, resumed_from=300, measured=6), 6, 306,
                         "only the steps after the last checkpoint"),
+    # lesson 11's knowledge check: stored results of the lessons, as course_results keeps them
+    "11 which parallelism": (exc.which_parallelism, {}, dict(zip(PLACES, ["data", "model", "zero"])),
+                             dict(zip(PLACES, ["model", "model", "zero"])), "copies of the model"),
+    "11 one big batch": (exc.same_as_one_big_batch, dict(results=STORED["01"]), True, False, "big batch's gradient"),
+    "11 busiest link": (exc.busiest_link, {}, "parameter server", "ring", "N-1 whole gradients"),
+    "11 straggler wait": (exc.straggler_wait, dict(results=STORED["04"]), 0.0203, 0, "the others wait"),
+    "11 best regime": (exc.best_regime, dict(results=STORED["05"]), "probe", "worst", "probe 0.88"),
+    "11 ZeRO-3 saving": (exc.zero3_saving, dict(results=STORED["08"]), 2.0, 1, "all of it"),
+    "11 failure cost": (exc.failure_cost, dict(results=STORED["10"]), 5, 0, "trained again"),
+    "11 Azure ML command": (exc.azure_ml_command, {}, "distlab job azureml run.yaml", "distlab run run.yaml",
+                            "writes a job"),
 }
 
 
@@ -98,3 +118,14 @@ def test_a_config_fix_that_is_still_refused_says_why(capsys):
     assert "does not divide into 8 ranks" in capsys.readouterr().out
     assert ex.fix_the_config(["training.global_batch_size=64"]) is False
     assert "stay within 10% of 100" in capsys.readouterr().out
+
+
+def test_a_question_about_a_lesson_not_run_says_which_lesson_to_run(capsys, tmp_path, monkeypatch):
+    from distlab import course_results
+
+    monkeypatch.setenv("DISTLAB_RESULTS", str(tmp_path / "results.json"))
+    assert course_results.recall("05") is None
+    assert exc.best_regime("probe", None) is None
+    assert "run that lesson first" in capsys.readouterr().out
+    course_results.remember("05", speedup_2_ranks={"worst": 0.1, "probe": 1.2})
+    assert exc.best_regime("probe", course_results.recall("05")) is True

@@ -1,0 +1,96 @@
+"""The knowledge check of lesson 11: questions from the whole course, checked against the learner's own runs.
+
+Each checker works as ``exercises.check`` does (a placeholder is "not answered yet", a wrong
+answer is told why).  Where a question is about something the learner measured, the expected
+answer comes from what that lesson stored (``course_results``), so two learners may have
+different right answers; when the lesson has not been run, the checker says which one to run.
+"""
+from __future__ import annotations
+
+from .exercises import check, check_each
+
+
+def _measured(results: dict | None, lesson: str, exercise: str) -> bool:
+    if results is None:
+        print(f"{exercise}: this question is about your own run of lesson {lesson}: run that lesson first.")
+        return False
+    return True
+
+
+def which_parallelism(answers) -> bool | None:
+    """Lesson 11 (lessons 01, 06, 08): which way of dividing the work each situation calls for."""
+    expected = {"the data takes too long on one worker": "data",
+                "the model does not fit in one worker's memory": "model",
+                "the optimizer's state does not fit, the model does": "zero"}
+    return check_each("which parallelism", answers, expected, hints={
+        "the data takes too long on one worker": "copies of the model, each on a part of the data (lesson 01)",
+        "the model does not fit in one worker's memory": "cut the model itself into parts (lessons 06, 07)",
+        "the optimizer's state does not fit, the model does": "shard what every rank copies (lesson 08)"})
+
+
+def same_as_one_big_batch(answer, results: dict | None) -> bool | None:
+    """Lesson 11 (lesson 01): do N ranks with averaged gradients train like one process at N times the batch?"""
+    if answer is not ... and not _measured(results, "01", "same as one big batch"):
+        return None
+    gap = results["max_param_difference"] if results else 0.0
+    return check("same as one big batch", answer, gap <= 1e-5, hints={
+        False: f"your lesson 01 run: {results['world_size'] if results else 'N'} ranks ended {gap:.1e} from "
+               "one process: the mean of the ranks' gradients is the big batch's gradient."})
+
+
+def busiest_link(answer) -> bool | None:
+    """Lesson 11 (lesson 03): whose busiest link carries more per step as N grows."""
+    return check("busiest link", answer, "parameter server", hints={
+        "ring": "each ring rank sends 2(N-1)/N of the gradient, under twice it, whatever N; "
+                "the server receives N-1 whole gradients."},
+        otherwise="answer 'parameter server' or 'ring'.")
+
+
+def straggler_wait(answer, results: dict | None) -> bool | None:
+    """Lesson 11 (lesson 04): how much longer the fast rank waited per step, in seconds (your run)."""
+    if answer is not ... and not _measured(results, "04", "straggler wait"):
+        return None
+    measured = results["extra_wait_of_rank_0"] if results else 0.0
+    return check("straggler wait", answer, measured, tolerance=0.3, hints={
+        0: "a synchronous step ends when the slowest rank has sent its gradient: the others wait."},
+        otherwise=f"your lesson 04 run measured {measured * 1e3:.0f} ms for a straggler "
+                  f"{results['straggler_seconds'] * 1e3:.0f} ms slower (answer in seconds)." if results else "")
+
+
+def best_regime(answer, results: dict | None) -> bool | None:
+    """Lesson 11 (lesson 05): which of lesson 05's regimes gained most from a second rank, in your run."""
+    if answer is not ... and not _measured(results, "05", "best regime"):
+        return None
+    speedups = results["speedup_2_ranks"] if results else {"?": 0}
+    best = max(speedups, key=speedups.get)
+    return check("best regime", answer, best,
+                 otherwise="your lesson 05 run measured: " + ", ".join(f"{k} {v:.2f}" for k, v in speedups.items()))
+
+
+def zero3_saving(answer, results: dict | None) -> bool | None:
+    """Lesson 11 (lesson 08): how many times less rank 0 held at ZeRO stage 3 than at stage 0, in your run."""
+    if answer is not ... and not _measured(results, "08", "ZeRO-3 saving"):
+        return None
+    held = results["bytes_held_by_rank_0"] if results else {"0": 1, "3": 1}
+    ratio = held["0"] / held["3"]
+    return check("ZeRO-3 saving", answer, ratio, tolerance=0.05, hints={
+        1: "stage 3 shards the parameters, the gradients and the optimizer's state: all of it."},
+        otherwise=f"divide the bytes held at stage 0 by those at stage 3 ({held['0']} / {held['3']}): "
+                  "close to the number of ranks, a little less (shards are padded).")
+
+
+def failure_cost(answer, results: dict | None) -> bool | None:
+    """Lesson 11 (lesson 10): how many steps your killed worker cost the job."""
+    if answer is not ... and not _measured(results, "10", "failure cost"):
+        return None
+    redone = results["steps_redone"] if results else 0
+    return check("failure cost", answer, redone, hints={
+        0: "the job went back to its last checkpoint: the steps after it were trained again."},
+        otherwise="the steps between the last checkpoint and the kill (lesson 10, exercise 2).")
+
+
+def azure_ml_command(answer) -> bool | None:
+    """Lesson 11 (lesson 09): the command that writes an Azure ML job for ``run.yaml``."""
+    return check("Azure ML command", answer, "distlab job azureml run.yaml", hints={
+        "distlab run run.yaml": "that trains here; which command writes a job for a scheduler?"},
+        otherwise="`distlab job TARGET CONFIG` writes a job file; the targets are azureml, slurm and k8s.")
