@@ -66,3 +66,19 @@ def test_every_lesson_ends_with_links_to_the_lessons_before_and_after_it(index):
     assert targets == expected, f"{LESSONS[index].name}'s last cell links to {targets}, not {expected}"
     for target in targets:
         assert (LESSONS[index].parent / target).exists()
+
+
+@pytest.mark.parametrize("lesson", LESSONS[:-1], ids=[p.stem for p in LESSONS[:-1]])
+def test_every_lesson_has_the_course_structure(lesson):
+    """Goal, predict, run and look, explain, exercise: the same parts in every lesson (lesson 11 is
+    the knowledge check itself).  Exercises sit where they fit, each ending in a checker call."""
+    cells = nbformat.read(lesson, as_version=4).cells
+    first = cells[0].source
+    assert first.startswith("# ") and ("Goal" in first or "goal" in first), f"{lesson.name}: no goal at the top"
+    text = "\n".join(c.source for c in cells if c.cell_type == "markdown").lower()
+    assert "predict" in text, f"{lesson.name}: never asks the learner to predict before measuring"
+    code = "\n".join(c.source for c in cells if c.cell_type == "code")
+    assert "distlab.launch(" in code or "run.start(" in code or "launch(" in code, f"{lesson.name}: runs nothing"
+    assert re.search(r"exercises(_\w+)?\.\w+\(", code), f"{lesson.name}: no checked exercise"
+    assert any(o for c in cells if c.cell_type == "code" for o in c.get("outputs", [])), \
+        f"{lesson.name}: no recorded output to look at"
