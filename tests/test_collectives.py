@@ -153,7 +153,8 @@ def test_a_missing_peer_makes_the_collective_fail_after_the_timeout():
     t0 = time.time()
     with pytest.raises(distlab.WorkerError) as info:
         distlab.launch(absent_peer, 2, timeout=3, progress="none", hold=60.0)
-    assert info.value.rank == 0
+    assert info.value.rank == 1                       # the absent one, named from rank 0's timeout (lesson 10)
+    assert "stopped answering: rank 0 timed out waiting for it" in str(info.value)
     assert "Timed out" in str(info.value) or "timeout" in str(info.value).lower()
     assert time.time() - t0 < 55                      # the other rank would still be asleep
 
