@@ -24,7 +24,8 @@ MODULES = sorted(WIDGETS.glob("*.py"))
 # what a widget may read: records and the data they describe, and pure analysis of them
 ALLOWED = {"distlab.records", "distlab.data", "distlab.models", "distlab.comm.cost_model",
            "distlab.measure.speedup", "distlab.parallel.schedules",   # schedules: plain data, nothing trains
-           "distlab.measure.memory_model"}                             # formulas only
+           "distlab.measure.memory_model",                             # formulas only
+           "distlab.monitor"}                          # reads the metrics files ranks write: records on disk
 LAPTOP_NOTEBOOK_PX = 934     # a notebook output's width in JupyterLab on a 1366 px screen
 
 
