@@ -134,8 +134,14 @@ def line(lesson, text):
 line("01", lambda r: f"distributing does not change what is learned: {r['world_size']} ranks ended "
                      f"{r['max_param_difference']:.1e} from one big-batch process; test accuracy "
                      f"{r['test_accuracy']['ranks']:.3f} against {r['test_accuracy']['one_process']:.3f}.")
-line("05", lambda r: "it pays only with enough arithmetic per byte sent: speedup on 2 ranks "
-                     + ", ".join(f"{k} {v:.2f}" for k, v in r["speedup_2_ranks"].items()) + ".")
+def paid(speedups):
+    gained = [k for k, v in speedups.items() if v > 1]
+    return (f"a second rank paid off in {', '.join(gained)}" if gained else "a second rank paid off in none of "
+            "the regimes") + " (speedup on 2 ranks: " + ", ".join(f"{k} {v:.2f}" for k, v in speedups.items()) + ")"
+
+
+line("05", lambda r: f"whether it pays depends on the arithmetic per byte sent: in your run {paid(r['speedup_2_ranks'])}"
+                     "; lesson 05's verdicts say which gains beat the spread.")
 line("04", lambda r: f"every rank waits for the slowest: a rank {r['straggler_seconds'] * 1e3:.0f} ms slower made "
                      f"the others wait {r['extra_wait_of_rank_0'] * 1e3:.0f} ms more per step.")
 line("08", lambda r: "when the model's training state no longer fits, ZeRO-3 held "
