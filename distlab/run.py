@@ -257,18 +257,12 @@ def _failures(errors: list[dict], log: str, first_rank: int) -> list[str]:
 
 
 def _restarts(folder: str) -> int:
-    """How many times the ranks on this node were restarted (from their metrics' ``start`` lines)."""
-    most = 0
-    for name in os.listdir(folder):
-        if name.startswith("metrics_") and name.endswith(".jsonl"):
-            with open(os.path.join(folder, name)) as f:
-                for line in f:
-                    if '"start"' in line:
-                        try:
-                            most = max(most, json.loads(line).get("restart", 0))
-                        except ValueError:       # a line cut short by a killed rank
-                            pass
-    return most
+    """How many times the ranks on this node were restarted, as their metrics files say (``monitor``)."""
+    from .monitor import RunMonitor
+
+    monitor = RunMonitor(folder)
+    monitor.poll()
+    return max((r.restarts for r in monitor.status().ranks), default=0)
 
 
 def _records(folder: str) -> list:
