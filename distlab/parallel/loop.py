@@ -159,13 +159,9 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
     strategy.prepare(run)
     names = [n for n, _ in run.model.named_parameters()]
     layers = names if layers is None else list(layers)
-    saver = Checkpointer.of(worker, record.config)
-    sampler = {"seed": record.config.get("seed")}   # the batches are a function of (seed, step)
-    first = saver.resume(run.model, run.optimizer, sampler) if saver else 0
-    record.resumed_from = first or None
-    log = MetricsLog(worker, steps, resumed_from=record.resumed_from, tensorboard=worker.tensorboard)
+    book = Logbook(worker, record, run.model, run.optimizer, steps)
     t_first = time.time()
-    for step in range(first, steps):
+    for step in range(book.first, steps):
         idx = batch_at(step).to(worker.device)
         x, y = run.x[idx], run.y[idx]
         wanted = step in record_grads_at
@@ -196,15 +192,40 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
                                   for n, p in run.model.named_parameters() if n in layers}
         record.steps.append(StepRecord(step, run.loss, run.accuracy, t_start, t_compute_end,
                                        *(comm or (None, None)), t_end))
-        log.step(step + 1, loss=run.loss, accuracy=run.accuracy, samples=len(idx), step_seconds=t_end - t_start,
-                 comm_seconds=comm[1] - comm[0] if comm else None)
-        if saver and (saved := saver.after_step(step + 1, steps, run.model, run.optimizer, sampler)):
-            log.write("checkpoint", **saved)
+        book.step_done(step + 1, loss=run.loss, accuracy=run.accuracy, samples=len(idx),
+                       step_seconds=t_end - t_start, comm_seconds=comm[1] - comm[0] if comm else None)
         worker.progress(step + 1, steps, loss=run.loss)
     record.wall_time = time.time() - t_first
     finish(run)
-    log.close(steps, record.test_accuracy)
+    book.close(record.test_accuracy)
     return record
+
+
+class Logbook:
+    """Lesson 10: what a training loop does besides training (this one, and the pipeline's).
+
+    Before the first step it resumes from the newest checkpoint, if the job keeps them
+    (``checkpoint.Checkpointer``; ``first`` is the step to start from); after each step it writes
+    the rank's metrics line (``metrics.MetricsLog``) and saves a checkpoint when one is due.
+    The mini-batches are a function of (seed, step), so the seed and the step are the sampler's state.
+    """
+
+    def __init__(self, worker, record, model, optimizer, steps: int):
+        self.model, self.optimizer, self.steps = model, optimizer, steps
+        self.saver = Checkpointer.of(worker, record.config)
+        self.sampler = {"seed": record.config.get("seed")}
+        self.first = self.saver.resume(model, optimizer, self.sampler) if self.saver else 0
+        record.resumed_from = self.first or None
+        self.log = MetricsLog(worker, steps, resumed_from=record.resumed_from, tensorboard=worker.tensorboard)
+
+    def step_done(self, done: int, **metrics) -> None:
+        self.log.step(done, **metrics)
+        if self.saver and (saved := self.saver.after_step(done, self.steps, self.model, self.optimizer,
+                                                          self.sampler)):
+            self.log.write("checkpoint", **saved)
+
+    def close(self, test_accuracy: float) -> None:
+        self.log.close(self.steps, test_accuracy)
 
 
 def own_gradients(model, x, y, layers) -> dict[str, torch.Tensor]:

@@ -31,15 +31,14 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ..checkpoint import Checkpointer
 from ..comm.collectives import check_torchrun
 from ..data import global_batch, load_digits, shard_indices
 from ..models import DTYPES, build_model
 from ..processes.checks import check_int, check_positive
 from ..faults import maybe_fail
-from ..metrics import MetricsLog
 from ..records import RankRecord, StepRecord
 from . import schedules, stages
+from .loop import Logbook
 
 
 def validate_args(world_size: int, *, model: str, width: int, depth: int, global_batch_size: int,
@@ -114,12 +113,9 @@ def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int,
     stage = Stage(parts, shapes, rank, peers, batch // m, device, group)
     ops = schedules.schedule(schedule, p, m, chunks)[rank]
     x_all, y_all = data.x_train.to(device), data.y_train.to(device)
-    saver, sampler = Checkpointer.of(worker, record.config), {"seed": seed}   # lesson 10, as in loop.py
-    first = saver.resume(params, optimizer, sampler) if saver else 0
-    record.resumed_from = first or None
-    log = MetricsLog(worker, steps, resumed_from=record.resumed_from, tensorboard=worker.tensorboard)
+    book = Logbook(worker, record, params, optimizer, steps)     # lesson 10: checkpoints and metrics
     t_first = time.time()
-    for step in range(first, steps):
+    for step in range(book.first, steps):
         idx = global_batch(data.n_train, 1, global_batch_size, step, seed=seed)[d * batch:(d + 1) * batch]
         idx = idx.to(device)
         t_start = time.time()
@@ -134,16 +130,14 @@ def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int,
         t_end = time.time()
         record.steps.append(StepRecord(step, loss, correct / batch, t_start, t_compute_end,
                                        *((t_comm_start, t_comm_end) if average else (None, None)), t_end))
-        log.step(step + 1, loss=loss, accuracy=correct / batch, samples=batch // p, step_seconds=t_end - t_start)
-        if saver and (saved := saver.after_step(step + 1, steps, params, optimizer, sampler)):
-            log.write("checkpoint", **saved)
+        book.step_done(step + 1, loss=loss, accuracy=correct / batch, samples=batch // p, step_seconds=t_end - t_start)
         worker.progress(step + 1, steps, **({"loss": loss} if loss == loss else {}))
     record.wall_time = time.time() - t_first
     record.events = stage.events
-    record.traffic = {"pipeline": stage.sent_bytes // max(steps - first, 1)}
+    record.traffic = {"pipeline": stage.sent_bytes // max(steps - book.first, 1)}
     record.params = {n: q.detach().cpu().clone() for n, q in params.items()}
     record.test_accuracy = stage.evaluate(data.x_test.to(device), data.y_test.to(device))
-    log.close(steps, record.test_accuracy)
+    book.close(record.test_accuracy)
     return record
 
 
