@@ -131,10 +131,15 @@ for stage in (0, 3):
 
 # %%
 one_process = data_parallel.train_single(world_size=2, steps=STEPS, record_grads_at=(), **SETUP)
-for stage in memory_model.STAGES:
-    gap = max(distlab.max_param_difference(r[stage].params, one_process.params) for r in runs)
+gaps = {stage: max(distlab.max_param_difference(r[stage].params, one_process.params) for r in runs)
+        for stage in memory_model.STAGES}
+for stage, gap in gaps.items():
+    print(f"stage {stage}: every rank's parameters within 1e-5 of one process's: {gap <= 1e-5}")
     assert gap <= 1e-5
-    print(f"stage {stage}: every rank's parameters within {gap:.1e} of one process's")
+
+# %% tags=["nbval-ignore-output"]
+# the differences themselves: rounding, so they change with the processor (the check above does not)
+print("largest difference from one process, by stage:", {stage: f"{gap:.1e}" for stage, gap in gaps.items()})
 
 # %% [markdown]
 # Our stage 2 is the naive one: backward makes every full gradient, *then* one reduce-scatter
@@ -154,7 +159,7 @@ naive = runs[0][2].memory
 assert gap <= 1e-6 and all(abs(overlapped[0].memory[c] / naive[c] - 1) < 1e-3 for c in naive)
 early = sum(s.t_comm_start < s.t_compute_end for s in overlapped[0].steps)
 assert early == STEPS
-print(f"overlapped stage 2: parameters within {gap:.0e} of the naive one, the same bytes held; in {early} of "
+print(f"overlapped stage 2: parameters within 1e-6 of the naive one, the same bytes held; in {early} of "
       f"{STEPS} steps its first reduce-scatter started before backward had finished")
 
 # %% [markdown]

@@ -93,7 +93,7 @@ print(terminal.stdout.replace(WORK, "WORK")[-1500:], terminal.stderr[-1500:])
 # %%
 from_terminal = run.records(mine)
 gap = max(distlab.max_param_difference(a.params, b.params) for a, b in zip(from_terminal, in_notebook))
-print(f"exit code {terminal.returncode}; the terminal's parameters differ from the notebook's by {gap}")
+print(f"exit code {terminal.returncode}; the terminal's parameters equal the notebook's exactly: {gap == 0.0}")
 assert terminal.returncode == 0 and gap == 0.0
 
 # %% [markdown]
@@ -150,7 +150,7 @@ else:
 # %%
 if two_nodes is not None:
     gap = max(distlab.max_param_difference(a.params, b.params) for a, b in zip(two_nodes, one_node))
-    print(f"ranks {[r.rank for r in two_nodes]} on two nodes; parameters differ from one node's by {gap}")
+    print(f"ranks {[r.rank for r in two_nodes]} on two nodes; parameters equal one node's exactly: {gap == 0.0}")
     assert gap == 0.0
 else:
     print("(skipped here: no network namespaces)")
