@@ -8,10 +8,12 @@ company is built from them.  A learner who skipped a lesson is told which one to
 made up in its place.
 
 One small JSON file, ``~/.distlab/course_results.json`` (``DISTLAB_RESULTS`` names another),
-rewritten whole on every change (written, then renamed: never half a file).
+rewritten whole on every change (written, then renamed: never half a file), under a lock: two
+lessons open at once (or run side by side, as the test suite does) never lose each other's results.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -34,13 +36,16 @@ def load() -> dict:
 
 def remember(lesson: str, **values) -> None:
     """Lesson 11: keep what lesson ``lesson`` measured (numbers, strings, lists, dicts of them)."""
-    data = load()
-    data[lesson] = {**json.loads(json.dumps(values)), "when": time.strftime("%Y-%m-%d %H:%M")}
+    entry = {**json.loads(json.dumps(values)), "when": time.strftime("%Y-%m-%d %H:%M")}
     path = results_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(f"{path}.tmp", "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(f"{path}.tmp", path)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # read, change, write: one lesson at a time
+        data = load()
+        data[lesson] = entry
+        with open(f"{path}.{os.getpid()}.tmp", "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(f"{path}.{os.getpid()}.tmp", path)
 
 
 def recall(lesson: str) -> dict | None:
