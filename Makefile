@@ -2,8 +2,10 @@
 #   make lab        create .venv, install everything, open JupyterLab on the first lesson
 #                   (HEADLESS=1 make lab prints the URL instead of opening a browser)
 #   make test       create .venv if needed, install everything, run the whole test suite
-# and three for the people who change the course:
+# and four for the people who change the course:
 #   make notebooks  sync each lesson's (and solution's) .py and .ipynb, then re-execute them all
+#   make nbval      run every lesson and solution under nbval here, without Binder's limits
+#                   (make test runs them under nbval once, inside the simulated Binder: tests/test_binder.py)
 #   make bench      run every benchmark in bench/ (each prints its GOAL lines)
 #   make lint       ruff, as make test runs it
 PY := .venv/bin/python
@@ -11,7 +13,7 @@ PORT ?= 8888
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 LINTED := distlab tests bench tools notebooks course
 
-.PHONY: lab test setup setup-test notebooks bench lint clean
+.PHONY: lab test setup setup-test notebooks nbval bench lint clean
 
 setup:
 	bash tools/setup.sh lab
@@ -27,7 +29,7 @@ lab: setup
 
 test: setup-test
 	$(PY) -m ruff check $(LINTED)
-	$(PY) -m pytest tests notebooks course/solutions $(NBVAL) -v -rs --durations=25
+	$(PY) -m pytest tests -v -rs --durations=40
 
 lint: setup-test
 	$(PY) -m ruff check $(LINTED)
@@ -40,6 +42,9 @@ notebooks: setup-test
 	  $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; done
 	$(PY) -m jupytext --sync $(LESSONS)
+
+nbval: setup-test
+	$(PY) -m pytest $(LESSONS) $(NBVAL) -v
 
 bench: setup-test
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

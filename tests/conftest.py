@@ -7,6 +7,10 @@ import pytest
 # by name.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import helpers  # noqa: E402
+
+_nbval_files = set()
+
 
 @pytest.fixture
 def pid_dir(tmp_path):
@@ -15,8 +19,52 @@ def pid_dir(tmp_path):
     return str(d)
 
 
+@pytest.fixture(scope="module")
+def warm_ranks():
+    """Launches in this module reuse warm ranks (lesson 00), as in a notebook: one start-up of
+    several seconds per world size instead of one per launch.  For tests that only need ranks to
+    train on; warm ranks give the same records as fresh ones, bit for bit (test_pool.py).  Tests
+    about starting, stopping or failing ranks pass ``warm=False`` or stay in cold modules.  The
+    ranks are stopped when the module ends."""
+    import distlab
+
+    before = os.environ.get("DISTLAB_WARM")
+    os.environ["DISTLAB_WARM"] = "1"
+    try:
+        yield
+    finally:
+        distlab.shutdown()
+        if before is None:
+            os.environ.pop("DISTLAB_WARM", None)
+        else:
+            os.environ["DISTLAB_WARM"] = before
+
+
+def pytest_runtest_setup(item):
+    """A notebook collected by nbval (``pytest --nbval notebooks``) runs once, from its first cell."""
+    if type(item).__name__ == "IPyNbCell" and item.parent not in _nbval_files:
+        _nbval_files.add(item.parent)
+        helpers.record_execution(str(item.parent.path), "nbval")
+
+
+def pytest_sessionfinish(session):
+    """Issue 25: no lesson runs more than twice in one session; the session fails if one did."""
+    if helpers.executed_too_often(helpers.EXECUTIONS):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter):
-    """The simulated Binder launch says what it enforced and what it had to substitute (test_binder.py)."""
+    """How often each lesson ran; the simulated Binder launch says what it enforced and what it had to
+    substitute (test_binder.py)."""
+    if helpers.EXECUTIONS:
+        runs = helpers.EXECUTIONS
+        terminalreporter.section("lesson executions")
+        terminalreporter.write_line(f"{len(runs)} notebooks run; at most {helpers.MAX_EXECUTIONS} runs each allowed, "
+                                    f"most runs of one: {max(len(h) for h in runs.values())}")
+        for name, hows in sorted(runs.items()):
+            terminalreporter.write_line(f"{name}: {len(hows)} ({', '.join(hows)})")
+        for name, hows in helpers.executed_too_often(runs).items():
+            terminalreporter.write_line(f"FAILED: {name} ran {len(hows)} times in this session", red=True)
     module = sys.modules.get("test_binder")
     if module is not None and module.REPORT:
         terminalreporter.section("binder simulation")

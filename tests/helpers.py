@@ -11,6 +11,20 @@ import time
 import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_EXECUTIONS = 2        # issue 25: runs of one lesson per `make test` (nbval under Binder's limits, browser)
+EXECUTIONS: dict = {}     # notebook (path from the repository's root) -> how each of its runs ran
+
+
+def record_execution(notebook, how: str) -> None:
+    """Count one run of a lesson or solutions notebook in this test session (conftest.py reports it)."""
+    path = os.path.abspath(os.path.join(ROOT, notebook))
+    name = os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+    EXECUTIONS.setdefault(name, []).append(how)
+
+
+def executed_too_often(executions: dict, limit: int = MAX_EXECUTIONS) -> dict:
+    """The notebooks run more than ``limit`` times, with how each run ran."""
+    return {name: hows for name, hows in executions.items() if len(hows) > limit}
 
 
 def alive(pids):
