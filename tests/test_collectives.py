@@ -16,6 +16,9 @@ from distlab.models import DTYPES
 from distlab.comm import cost_model as M
 from distlab.parallel import data_parallel as dp
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 WORLD_SIZES = (2, 3, 4, 5)
 TOLERANCE = {"float32": dict(rtol=1e-6, atol=1e-6), "float64": dict(rtol=1e-14, atol=1e-14)}
 TRAIN = dict(method="by_hand", model="mlp", width=16, batch_size=8, steps=6, lr=0.2, seed=3,

@@ -5,6 +5,9 @@ from distlab import config as cfg
 from distlab.config import ConfigError, RunConfig
 from distlab.parallel import data_parallel, fsdp, mesh, pipeline, zero
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 
 def write(tmp_path, text, name="run.yaml"):
     path = tmp_path / name

@@ -6,6 +6,9 @@ import distlab
 from distlab.parallel import data_parallel as dp
 from distlab.data import load_digits
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 STEPS = 60   # > one epoch for N=4, B=8: crosses an epoch boundary and a reshuffle
 CONFIG = dict(model="mlp", width=32, batch_size=8, steps=STEPS, lr=0.2, seed=3, record_grads_at=(0, 59))
 

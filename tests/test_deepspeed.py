@@ -13,6 +13,9 @@ from distlab.measure import memory_model as M
 from distlab.models import build_model, count_parameters
 from distlab.parallel import deepspeed_zero as D
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 STEPS, LR, BATCH, WIDTH = 6, 0.01, 48, 64
 # momentum: DeepSpeed then gives our parameters bit for bit (with Adam, see deepspeed_zero.config)
 SETTINGS = dict(width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR, optimizer="momentum")

@@ -41,7 +41,7 @@ def test_without_horovod_the_error_is_clear_and_doctor_says_so(monkeypatch):
     t0 = time.time()
     with pytest.raises(RuntimeError, match="backend='horovod' needs Horovod built with PyTorch and Gloo"):
         distlab.launch(workers.echo, world_size=2, backend="horovod")
-    assert time.time() - t0 < 5
+    assert time.time() - t0 < 20                                # refused before any process started
     assert doctor.horovod_build()["installed"] is False
     assert "Horovod: not installed" in doctor.format_report(doctor.report())
 
@@ -57,7 +57,7 @@ def test_bad_input_fails_before_any_horovod_process_starts(kwargs, match):
     t0 = time.time()
     with pytest.raises(ValueError, match=match):
         distlab.launch(dp.train, backend="horovod", **kwargs)
-    assert time.time() - t0 < 5 and children() - before == set()
+    assert time.time() - t0 < 20 and children() - before == set()
 
 
 # ---- running -----------------------------------------------------------------------------------

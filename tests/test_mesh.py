@@ -7,6 +7,9 @@ from distlab.parallel import data_parallel as dp
 from distlab.parallel import mesh, pipeline
 from distlab.parallel import tensor_parallel as T
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 STEPS, LR, BATCH, WIDTH = 20, 0.2, 48, 32
 COMMON = dict(width=WIDTH, depth=3, global_batch_size=BATCH, steps=STEPS, lr=LR)
 MESHES = {"data x pipeline": dict(data=2, pipeline=2, tensor=1, micro_batches=2),

@@ -24,6 +24,9 @@ from distlab.parallel import data_parallel
 from distlab.processes import pool as pools
 from distlab.processes.rank import job_dir
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 CLI = [sys.executable, "-m", "distlab.cli"]
 STEPS = 20
 TIMELINE_STEPS = 5

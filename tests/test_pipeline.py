@@ -16,6 +16,9 @@ from distlab.parallel import data_parallel as dp
 from distlab.parallel import pipeline, schedules, stages
 from distlab.parallel.schedules import Op
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 STEPS, LR, BATCH = 20, 0.2, 48
 TOLERANCE = 1e-6
 

@@ -14,6 +14,9 @@ from distlab.parallel import data_parallel as dp
 from distlab.measure import large_batch, scaling, speedup
 from distlab.widgets import speedup as sw
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 
 # ---------------------------------------------------------------------------------------------
 # counting work

@@ -15,6 +15,9 @@ from distlab.data import load_digits, shard_indices
 from distlab.records import max_param_difference
 from distlab.widgets import timeline as tl
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 DELAY = 0.05          # seconds the straggler sleeps per step: large next to a step's noise
 COMMON = dict(batch_size=32, lr=0.3, seed=0, progress="none")
 

@@ -14,6 +14,9 @@ from distlab.models import build_model
 from distlab.parallel import data_parallel as dp
 from distlab.parallel import tensor_parallel as T
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 STEPS, LR, BATCH, WIDTH = 20, 0.2, 48, 32
 SETTINGS = dict(width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR)
 WORLDS = (2, 4)

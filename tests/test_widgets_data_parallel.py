@@ -10,6 +10,9 @@ from distlab.parallel import data_parallel as dp
 from distlab.data import load_digits, shard_indices
 from distlab.widgets import data_parallel as w
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 CONFIG = dict(width=16, global_batch_size=16, steps=3, lr=0.5, seed=3, record_grads_at=(0, 2))
 
 

@@ -15,6 +15,9 @@ from distlab.models import build_model, count_parameters
 from distlab.parallel import data_parallel as dp
 from distlab.parallel import zero
 
+# these tests only need ranks to train on: launches reuse warm ones (conftest.py)
+pytestmark = pytest.mark.usefixtures("warm_ranks")
+
 STEPS, LR, BATCH, WIDTH = 8, 0.01, 48, 64
 SETTINGS = dict(width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR)
 OPTIMIZERS = ("adam", "momentum")
