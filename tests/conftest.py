@@ -47,8 +47,24 @@ def pytest_runtest_setup(item):
         helpers.record_execution(str(item.parent.path), "nbval")
 
 
+def pytest_collection_finish(session):
+    """Start the simulated Binder's build, and its run of the course, in the background as soon as the
+    collected tests need it (tests/binder_course.py says why); they wait for it where they read it."""
+    if session.config.option.collectonly:
+        return
+    needs = [item for item in session.items if "binder_env" in getattr(item, "fixturenames", ())]
+    if needs:
+        import binder_course
+
+        binder_course.start([item.callspec.params["lesson"] for item in needs
+                             if getattr(item, "originalname", "") == "test_lesson_runs_on_binder"])
+
+
 def pytest_sessionfinish(session):
-    """Issue 25: no lesson runs more than twice in one session; the session fails if one did."""
+    """Stop the background course (nothing outlives the session).  Issue 25: no lesson runs more than
+    twice in one session; the session fails if one did."""
+    if "binder_course" in sys.modules:
+        sys.modules["binder_course"].stop()
     if helpers.executed_too_often(helpers.EXECUTIONS):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -65,7 +81,7 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{name}: {len(hows)} ({', '.join(hows)})")
         for name, hows in helpers.executed_too_often(runs).items():
             terminalreporter.write_line(f"FAILED: {name} ran {len(hows)} times in this session", red=True)
-    module = sys.modules.get("test_binder")
+    module = sys.modules.get("binder_course")
     if module is not None and module.REPORT:
         terminalreporter.section("binder simulation")
         for line in module.REPORT:

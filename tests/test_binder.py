@@ -1,21 +1,21 @@
 """The course on Binder: built from ``binder/`` alone, every lesson run within Binder's limits.
 
-The last test builds a fresh environment only from the ``binder/`` files (tools/binder_sim.py says
-how close that is to repo2docker) and runs every lesson and solutions notebook under nbval, through
-``binder/start``, in a cgroup with Binder's 2 GiB memory limit and a one-CPU quota.  A lesson added
-later is picked up by the glob.  What was enforced, and what had to be substituted, is printed in
-the "binder simulation" section at the end of the test run; per-lesson times and peaks are written
-to artifacts/binder/.
+The last tests read a fresh environment built only from the ``binder/`` files (tools/binder_sim.py
+says how close that is to repo2docker) and every lesson and solutions notebook run in it under nbval,
+through ``binder/start``, in a cgroup with Binder's 2 GiB memory limit and a one-CPU quota: the
+suite's one nbval run of the course, started in the background when the session began
+(tests/binder_course.py).  A lesson added later is picked up by the glob.  What was enforced, and
+what had to be substituted, is printed in the "binder simulation" section at the end of the test
+run; per-lesson times and peaks are written to artifacts/binder/.
 """
 import importlib.metadata
 import json
 import os
 import re
-import shutil
+import subprocess
 import sys
 import textwrap
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -24,10 +24,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
+import binder_course  # noqa: E402
 import binder_sim  # noqa: E402
-from helpers import record_execution  # noqa: E402
 
-REPORT = []          # lines for the "binder simulation" section of the terminal summary (conftest.py)
+REPORT = binder_course.REPORT   # lines for the "binder simulation" section of the terminal summary (conftest.py)
 MB = 1024**2
 BUILD_ONLY = {"cmake"}          # pinned for Binder's postBuild, absent here when Horovod was not rebuilt
 
@@ -159,6 +159,22 @@ def test_without_a_cgroup_a_watchdog_and_one_core_stand_in():
     assert m.watchdog_killed and m.returncode != 0
 
 
+def test_each_run_has_a_network_of_its_own():
+    """Two lessons side by side may both take a fixed port (lessons 09 and 10 do), as two Binder pods may."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    code = ("import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', 29500))\ns.listen()\n"
+            "print('bound 29500', flush=True)\ntime.sleep(3)")
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda _: binder_sim.measure([sys.executable, "-c", code], cwd=ROOT,
+                                                          limits=binder_sim.NONE, network=True), range(2)))
+    for m in runs:
+        assert m.returncode == 0 and "bound 29500" in m.output, m.output
+        assert m.enforced.endswith("network: a network namespace of its own (loopback only)"), m.enforced
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"dlbinder-{os.getpid()}-" not in listed, "the namespaces must be removed"
+
+
 def test_distlab_sees_the_quota_of_the_group_it_runs_in():
     """Ranks are not bound to cores under a quota (cores.bind_to_cores): distlab must see it here too."""
     m = run_python("from distlab.processes.cores import cpu_quota; print('quota', cpu_quota())", binder_sim.BINDER)
@@ -169,48 +185,27 @@ def test_distlab_sees_the_quota_of_the_group_it_runs_in():
 # ---------------------------------------------------------------- the simulated launch
 
 @pytest.fixture(scope="module")
-def binder_env(tmp_path_factory):
-    dest = tmp_path_factory.mktemp("binder")
-    env = binder_sim.build(dest, log=lambda s: None)
-    REPORT.append(f"built in {env.build_s:.0f} s from binder/ alone")
-    REPORT.extend(f"note: {n}" for n in env.notes)
+def binder_env():
+    """The simulated Binder, built in the background since the session began (tests/binder_course.py:
+    conftest.py starts it once the tests are collected, and deletes it, 1.7 GB, when they end)."""
+    course = binder_course.current() or binder_course.start([])
+    env = course.env()
     with binder_sim.Confinement(binder_sim.BINDER) as box:
-        REPORT.append(f"limits: {box.describe()}")
-    yield env
-    shutil.rmtree(dest, ignore_errors=True)          # 1.7 GB: not kept for pytest's last three runs
+        REPORT.append(f"limits: {box.describe()}; lessons run one at a time while other tests run, "
+                      f"{course.side_by_side} side by side once the tests wait for them, each in its own group")
+    return env
 
 
 LESSONS = [p.relative_to(ROOT).as_posix() for p in binder_sim.lessons()]
 
 
-@pytest.fixture(scope="module")
-def binder_runs(binder_env):
-    """Every lesson and solution under nbval in the built environment, started at once in order.
-
-    Each run has Binder's limits to itself (its own cgroup: 2 GiB, one CPU's quota), and as many
-    run side by side as this machine has cores (at most 4), so that none gets less than its one
-    CPU: on 2 cores the course takes half the wall time, and every lesson still meets exactly the
-    limits it would on Binder.  This run *is* the suite's nbval run of the course (issue 25: each
-    lesson executes twice in ``make test``, here and in the browser, tests/browser/).
-    """
-    side_by_side = max(1, min(len(os.sched_getaffinity(0)), 4))
-    pool = ThreadPoolExecutor(side_by_side, thread_name_prefix="binder-lesson")
-    runs = {}
-    for lesson in LESSONS:
-        runs[lesson] = pool.submit(binder_sim.run_lesson, binder_env, Path(lesson), binder_sim.BINDER)
-        record_execution(lesson, "nbval under Binder's limits")
-    REPORT.append(f"lessons run {side_by_side} at a time, each in its own group with Binder's limits")
-    try:
-        yield runs
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
 @pytest.mark.binder
 @pytest.mark.timeout(1800)              # the first one also builds the environment (about 3 minutes)
 @pytest.mark.parametrize("lesson", LESSONS)
-def test_lesson_runs_on_binder(binder_runs, lesson):
-    m = binder_runs[lesson].result()
+def test_lesson_runs_on_binder(binder_env, lesson):
+    """Every lesson and solution under nbval within Binder's limits: the suite's one nbval run of the
+    course (the other run of each lesson is in the browser, tests/browser/)."""
+    m = binder_course.current().result(lesson)
     REPORT.append(f"{lesson}: {'passed' if m.returncode == 0 else 'FAILED'} in {m.wall_s:.1f} s, peak "
                   f"{m.peak_pss_gb:.2f} GB summed PSS, {m.peak_gb:.2f} GB summed RSS ({m.peak_processes} processes)"
                   + (f", cgroup peak {m.group_peak_bytes / 1e9:.2f} GB" if m.group_peak_bytes else ""))

@@ -30,6 +30,8 @@ limits in ``make test``; ``bench/binder.py`` measures it with and without them.
 from __future__ import annotations
 
 import argparse
+import glob
+import itertools
 import json
 import os
 import re
@@ -40,6 +42,7 @@ import sys
 import threading
 import time
 import urllib.request
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -317,9 +320,54 @@ def _left_behind(box: Confinement, root_pid: int, grace: float = 10.0) -> list[s
     return names
 
 
+_networks = itertools.count()
+
+
+@contextmanager
+def own_network():
+    """Yield (command prefix, what it is): a network namespace of the run's own, loopback only.
+
+    Binder gives every session a pod, and every pod its own network: two learners' lessons may
+    both start torchrun's store on port 29500.  Two lessons run side by side here must not meet
+    either (lessons 09 and 10 use fixed ports), so each gets a namespace like a pod's.  Without
+    root or ``ip``, the host's network is used, and ``enforced`` says so.
+    """
+    for old in glob.glob("/run/netns/dlbinder-*"):          # left by a run that was killed
+        owner = Path(old).name.split("-")[1]
+        if owner.isdigit() and not psutil.pid_exists(int(owner)):
+            subprocess.run(["ip", "netns", "del", Path(old).name], capture_output=True)
+    name = f"dlbinder-{os.getpid()}-{next(_networks)}"
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        yield [], "the host's network (no namespace of its own: not root, or no ip)"
+        return
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if made.returncode:
+        yield [], f"the host's network (ip netns add failed: {made.stderr.strip()})"
+        return
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True, capture_output=True)
+        yield ["ip", "netns", "exec", name], "a network namespace of its own (loopback only)"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
 def measure(command, *, cwd, env=None, limits: Limits = BINDER, timeout: float = 900,
-            interval: float = 0.1, cgroup: bool = True, grace: float = 10.0) -> Measured:
-    """Run ``command`` confined to ``limits``; sample the summed RSS of all its processes."""
+            interval: float = 0.1, cgroup: bool = True, grace: float = 10.0,
+            stop: threading.Event | None = None, network: bool = False) -> Measured:
+    """Run ``command`` confined to ``limits``; sample the summed RSS of all its processes.
+
+    ``stop``: when set (by another thread: the test session ending), the run is killed at once.
+    ``network``: the run gets a network namespace of its own (``own_network``), as a Binder pod does."""
+    with own_network() if network else nullcontext(([], "")) as (prefix, where):
+        m = _measure([*prefix, *command], cwd=cwd, env=env, limits=limits, timeout=timeout, interval=interval,
+                     cgroup=cgroup, grace=grace, stop=stop)
+    if where:
+        m.enforced += f"; network: {where}"
+    return m
+
+
+def _measure(command, *, cwd, env, limits: Limits, timeout: float, interval: float, cgroup: bool, grace: float,
+             stop: threading.Event | None) -> Measured:
     with Confinement(limits, cgroup=cgroup) as box:
         t0 = time.perf_counter()
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -330,7 +378,7 @@ def measure(command, *, cwd, env=None, limits: Limits = BINDER, timeout: float =
         reader.start()
         peak = peak_n = peak_pss = 0
         at_peak: dict = {}
-        watchdog = False
+        watchdog = stopped = False
         while proc.poll() is None:
             rss, pss, n, each = _sum_memory(box.pids(proc.pid))
             if rss > peak:
@@ -340,9 +388,11 @@ def measure(command, *, cwd, env=None, limits: Limits = BINDER, timeout: float =
             if box.kind == "watchdog" and pss > limits.memory_bytes:     # PSS: what the kernel would charge
                 watchdog = True
                 os.killpg(proc.pid, signal.SIGKILL)
-            if time.perf_counter() - t0 > timeout:
+            if not stopped and (time.perf_counter() - t0 > timeout or (stop is not None and stop.is_set())):
+                stopped = True
                 os.killpg(proc.pid, signal.SIGKILL)
-                chunks.append(f"\n[binder_sim: stopped after {timeout:.0f} s]\n".encode())
+                chunks.append(f"\n[binder_sim: stopped after {time.perf_counter() - t0:.0f} s"
+                              f"{'' if stop is None or not stop.is_set() else ': the session ended'}]\n".encode())
             time.sleep(interval)
         wall = time.perf_counter() - t0
         reader.join(timeout=10)
@@ -499,13 +549,14 @@ def reuse(dest: Path) -> BinderEnv:
 # ---------------------------------------------------------------- running the course in it
 
 def run_lesson(env: BinderEnv, lesson: Path, limits: Limits = BINDER, timeout: float = 900,
-               cgroup: bool = True) -> Measured:
+               cgroup: bool = True, stop: threading.Event | None = None) -> Measured:
     """One lesson under nbval in the built environment, started through binder/start, confined
     (``cgroup=False``: by the watchdog and one core, as on a machine where no cgroup can be made)."""
     rel = lesson.relative_to(ROOT) if lesson.is_absolute() and lesson.is_relative_to(ROOT) else lesson
     command = ["./binder/start", str(env.python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                f"--timeout={int(timeout)}", str(rel), *NBVAL]
-    return measure(command, cwd=env.repo, env=env.environ(), limits=limits, timeout=timeout, cgroup=cgroup)
+    return measure(command, cwd=env.repo, env=env.environ(), limits=limits, timeout=timeout, cgroup=cgroup,
+                   stop=stop, network=True)
 
 
 def table(rows: list[dict]) -> str:
