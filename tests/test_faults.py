@@ -2,8 +2,9 @@
 
 For both backends and for a pipeline run: a rank killed by SIGKILL, a rank that raises, a rank
 that hangs (the others' collective timeout ends the job), the notebook's interrupt, and the
-launcher itself killed.  Each time: the call returns or raises soon (30 s; 5 s for an
-interrupt, counted from the moment of the fault), the failing rank is named, no process of the
+launcher itself killed.  Each time: the call returns or raises soon (30 s; 20 s for an
+interrupt, counted from the moment of the fault: generous bounds that only a hang exceeds), the
+failing rank is named, no process of the
 job is left (counted by an environment mark every one of them inherits, so that orphans that
 left the process tree are counted too), and the checkpoint folder still holds the last good
 checkpoint, which loads.
