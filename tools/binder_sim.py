@@ -18,7 +18,8 @@ This does, as closely as a machine without Docker's daemon allows:
 3. **Confine** (``Confinement``): a cgroup with a 2 GB memory limit and a CPU quota of one CPU
    (cgroup v2, or v1's memory and cpu controllers) where the machine lets us make one; otherwise a
    watchdog that stops the lesson when its processes' summed RSS passes the limit, and one core
-   by CPU affinity.  ``describe()`` says which was enforced.
+   by CPU affinity.  ``describe()`` says which was enforced.  Each lesson also gets a network
+   namespace of its own (``own_network``), as each Binder session's pod has its own network.
 4. **Measure** (``measure``): wall time, and the peak of the summed RSS of every process of the
    lesson (pytest standing in for the Jupyter server, the kernel, and all its ranks), sampled
    every 0.1 s; with a cgroup, also the kernel's own peak charge for the group and whether its
