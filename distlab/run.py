@@ -207,7 +207,9 @@ def _report(config, folder, code, seconds, log_path, stream, node_rank=0) -> int
     import torch
 
     errors = []
-    for name in sorted(f for f in os.listdir(folder) if f.startswith("error_")):
+    # error_<rank>.json only: a rank killed while writing one (torchrun stops the survivors of a life
+    # to restart them) leaves its half-written error_<rank>.json.tmp, which is nobody's error
+    for name in sorted(f for f in os.listdir(folder) if f.startswith("error_") and f.endswith(".json")):
         with open(os.path.join(folder, name)) as f:
             errors.append(json.load(f))
     restarts = _restarts(folder)
