@@ -90,3 +90,17 @@ def test_help_doctor_and_bench():
     assert unknown.returncode == 2 and "no benchmark 'nope'" in unknown.stderr
     doctor = distlab_cli("doctor", "--json")
     assert doctor.returncode == 0 and '"cpu_cores"' in doctor.stdout
+
+
+def test_the_report_reads_whole_error_files_only(tmp_path):
+    """A rank stopped while writing its error leaves error_<rank>.json.tmp half-written: not an error."""
+    import io
+    import json
+
+    c = cfg.RunConfig.parse({"launch": {"processes_per_node": 2}, "logging": {"dir": str(tmp_path), "name": "r"}})
+    (tmp_path / "error_0.json.tmp").write_text('{"rank": 0, "typ')
+    (tmp_path / "error_1.json").write_text(json.dumps({"rank": 1, "type": "ValueError", "message": "boom"}))
+    (tmp_path / "launcher.log").write_text("")
+    out = io.StringIO()
+    assert run._report(c, str(tmp_path), 1, 0.5, str(tmp_path / "launcher.log"), out) == 1
+    assert "rank 1 failed: ValueError: boom" in out.getvalue() and "rank 0" not in out.getvalue()
