@@ -24,7 +24,7 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
-from helpers import ROOT, record_execution
+from helpers import BINDER_RUN, ROOT, record_execution
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import binder_sim  # noqa: E402
@@ -108,7 +108,7 @@ class BackgroundCourse:
                 lesson = self._todo.get_nowait()
             except queue.Empty:
                 return
-            record_execution(lesson, "nbval under Binder's limits")
+            record_execution(lesson, BINDER_RUN)
             try:
                 self.results[lesson].set_result(
                     binder_sim.run_lesson(env, Path(lesson), self.limits, stop=self._stop))

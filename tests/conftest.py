@@ -44,7 +44,7 @@ def pytest_runtest_setup(item):
     """A notebook collected by nbval (``pytest --nbval notebooks``) runs once, from its first cell."""
     if type(item).__name__ == "IPyNbCell" and item.parent not in _nbval_files:
         _nbval_files.add(item.parent)
-        helpers.record_execution(str(item.parent.path), "nbval")
+        helpers.record_execution(str(item.parent.path), helpers.NBVAL_RUN)
 
 
 def pytest_collection_finish(session):

@@ -7,7 +7,7 @@ before any of them runs, so that a third run is caught at once, not an hour late
 """
 from pathlib import Path
 
-from helpers import ROOT, executed_too_often
+from helpers import BINDER_RUN, BROWSER_RUN, NBVAL_RUN, ROOT, executed_too_often
 
 BINDER_TEST, BROWSER_TEST = "test_lesson_runs_on_binder", "test_notebook_runs_and_its_widgets_work"
 
@@ -20,12 +20,12 @@ def planned_runs(items) -> dict:
         name = getattr(item, "originalname", "")
         params = getattr(getattr(item, "callspec", None), "params", {})
         if name == BINDER_TEST:
-            runs.setdefault(params["lesson"], []).append("nbval under Binder's limits")
+            runs.setdefault(params["lesson"], []).append(BINDER_RUN)
         elif name == BROWSER_TEST and params.get("notebook"):
-            runs.setdefault(f"notebooks/{params['notebook']}", []).append("Run All in the browser")
+            runs.setdefault(f"notebooks/{params['notebook']}", []).append(BROWSER_RUN)
         elif type(item).__name__ == "IPyNbCell" and item.parent not in nbval_files:
             nbval_files.add(item.parent)
-            runs.setdefault(Path(item.parent.path).relative_to(ROOT).as_posix(), []).append("nbval")
+            runs.setdefault(Path(item.parent.path).relative_to(ROOT).as_posix(), []).append(NBVAL_RUN)
     return runs
 
 
@@ -43,6 +43,6 @@ def test_no_lesson_is_planned_to_run_more_than_twice(request):
         lessons = sorted(p.relative_to(ROOT).as_posix() for p in Path(ROOT).glob("notebooks/*.ipynb"))
         solutions = sorted(p.relative_to(ROOT).as_posix() for p in Path(ROOT).glob("course/solutions/*.ipynb"))
         for lesson in lessons:
-            assert sorted(runs.get(lesson, [])) == ["Run All in the browser", "nbval under Binder's limits"], lesson
+            assert sorted(runs.get(lesson, [])) == sorted([BROWSER_RUN, BINDER_RUN]), lesson
         for solution in solutions:
-            assert runs.get(solution) == ["nbval under Binder's limits"], solution
+            assert runs.get(solution) == [BINDER_RUN], solution

@@ -29,7 +29,7 @@ import pytest
 
 # a plain module beside this file, as tests/helpers.py is for tests/: conftest.py holds only fixtures
 from browser_lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, LabServer, notebook_dir
-from helpers import record_execution
+from helpers import BROWSER_RUN, record_execution
 
 pytestmark = pytest.mark.browser
 
@@ -485,7 +485,7 @@ def test_notebook_runs_and_its_widgets_work(notebook, lab_server, page, artifact
 
     assert not lab_server.shut_down_kernels(), "kernels of an earlier test are still running"
     nb_source = lab_server.fresh_copy(notebook)
-    record_execution(lab_server.source / notebook, "Run All in the browser")
+    record_execution(lab_server.source / notebook, BROWSER_RUN)
     open_notebook(page, lab_server, notebook)
     timings["open"] = time.monotonic() - t0
 
