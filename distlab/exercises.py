@@ -154,6 +154,20 @@ def fastest_on_cluster(answers, world_size: int, link: cost_model.Link) -> bool 
         fastest_big="for 100 million floats, bandwidth counts: which sends the fewest bytes per rank?"))
 
 
+def identical_at_two(answer, link: cost_model.Link, numel: int = 1_000) -> bool | None:
+    """Lesson 03: which algorithms the model prices identically on 2 ranks (a set of names).
+
+    Computed from the model: the algorithms whose predicted time equals the naive one's."""
+    times = {a: cost_model.predict_time(a, 2, numel, link) for a in collectives.ALGORITHMS}
+    expected = {a for a, t in times.items() if math.isclose(t, times["naive"], rel_tol=1e-9)}
+    return check("identical on 2 ranks", set(answer) if isinstance(answer, (list, tuple)) else answer,
+                 expected, hints=[
+                     (set(collectives.ALGORITHMS), "the ring cuts the tensor into N chunks and its two "
+                      "ranks send at the same time: on one lane those messages take turns."),
+                     ({"naive", "parameter_server"}, "draw the tree for 2 ranks: how many levels has it?")],
+                 otherwise="on 2 ranks, who sends what to whom? Look at the schedules for N = 2.")
+
+
 # --- lesson 04 --------------------------------------------------------------------------------
 def local_sgd_rounds(answer, measured: int, steps: int, k: int) -> bool | None:
     """Lesson 04: how often local SGD all-reduced its parameters in ``steps`` steps."""

@@ -182,3 +182,32 @@ def test_the_verdict_is_computed_from_the_measurement():
     assert ("agrees" if model_pick == "tree" else "disagrees") in said
     times["tree"][1000] = [1e-3, 2.5e-3, 2.6e-3]          # median slower than the runner-up's best
     assert "by less than the spread of the repeats" in MC.verdict(measurement, MC.compare(measurement, link))
+
+
+def _two_ranks(fastest: str) -> dict:
+    """A 2-rank measurement in which ``fastest`` won clearly; the others take turns behind it."""
+    order = [fastest] + [a for a in ("tree", "parameter_server", "naive", "ring") if a != fastest]
+    times = {a: {1000: [1e-3 * (i + 1)] * 3} for i, a in enumerate(order)}
+    return {"world_size": 2, "dtype": "float32", "times": times}
+
+
+def test_a_predicted_tie_is_reported_as_a_tie_not_as_agreement():
+    """At N = 2 naive, parameter server and tree send the same two messages: the model ties them.
+    The old verdict broke the tie with min() over rows sorted by measured time, so whichever of
+    the three the stopwatch put first was "picked" and the model always "agreed"."""
+    link = M.Link(alpha=1e-4, beta=1e-9, gamma=1e-10, lanes=1)
+    measurement = _two_ranks("tree")
+    rows = MC.compare(measurement, link)
+    assert MC.model_pick([r for r in rows if "predicted" in r]) == ["naive", "parameter_server", "tree"]
+    said = MC.verdict(measurement, rows)
+    assert "fastest measured tree (ahead of parameter_server clearly)" in said
+    assert "the model predicts a tie between naive, parameter_server, tree" in said
+    assert ": agrees" not in said and ": disagrees" not in said
+
+
+def test_the_verdict_says_disagrees_when_the_measured_winner_is_not_among_the_model_s_picks():
+    link = M.Link(alpha=1e-4, beta=1e-9, gamma=1e-10, lanes=1)
+    measurement = _two_ranks("ring")                  # the model prices the ring slowest at N = 2
+    said = MC.verdict(measurement, MC.compare(measurement, link))
+    assert "fastest measured ring" in said
+    assert "the model picked naive, parameter_server, tree: disagrees" in said

@@ -14,6 +14,7 @@ DIGITS = load_digits()
 LOCAL = [torch.arange(12.0).reshape(3, 4) * (r + 1) for r in range(2)]
 AVERAGE = torch.stack(LOCAL).mean(0)
 CLUSTER = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
+ONE_LANE = cost_model.Link(alpha=93e-6, beta=1 / 4.6e9, gamma=1 / 22e9, lanes=1)    # lesson 03's machine
 ALPHA, BETA, NBYTES = 200e-6, 1 / 2e9, speedup.gradient_bytes("mlp", 64)
 
 PLACES = ["the data takes too long on one worker", "the model does not fit in one worker's memory",
@@ -46,6 +47,8 @@ CASES = {
     "03 fastest on the cluster": (ex.fastest_on_cluster, dict(world_size=16, link=CLUSTER),
                                   dict(fastest_small="tree", fastest_big="ring"),
                                   dict(fastest_small="ring", fastest_big="ring"), "latency"),
+    "03 identical on 2 ranks": (ex.identical_at_two, dict(link=ONE_LANE),
+                                {"naive", "parameter_server", "tree"}, {"naive", "parameter_server"}, "levels"),
     "04 local SGD rounds": (ex.local_sgd_rounds, dict(measured=4, steps=64, k=16), 4, 64, "one per step"),
     "05 all-reduce on 8": (ex.allreduce_on_eight, dict(nbytes=NBYTES, messages=6, alpha=ALPHA, beta=BETA),
                            2 * 7 * 6 * ALPHA + 2 * 7 / 8 * NBYTES * BETA,

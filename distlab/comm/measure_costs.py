@@ -151,12 +151,28 @@ def compare(measurement: dict, link: Link) -> list[dict]:
     return rows
 
 
-def verdict(measurement: dict, rows: list[dict]) -> str:
+# predicted times closer than this (relative) are a tie: the model cannot tell them apart
+TIE = 0.01
+
+
+def model_pick(rows: list[dict], tolerance: float = TIE) -> list[str]:
+    """Lesson 03: the algorithms the model predicts fastest for one size: one name, or several
+    when their predicted times tie (within ``tolerance``, relative).  At N = 2 naive, the
+    parameter server and the tree send the same two whole-tensor messages one after the other,
+    so the model prices them identically: a tie, which no stopwatch order may break."""
+    fastest = min(r["predicted"] for r in rows)
+    return sorted(r["algorithm"] for r in rows if r["predicted"] <= fastest * (1 + tolerance))
+
+
+def verdict(measurement: dict, rows: list[dict], tolerance: float = TIE) -> str:
     """Lesson 03: what the comparison says, computed from it: how far the model's times were
     from the measured ones, and whether it picked the measured winner at each size.
 
     A winner counts as *clear* only when its median repeat beats the runner-up's best one;
     otherwise the two are within the spread of the repeats and either could win next time.
+    When the model predicts a tie, the verdict says so and names the tied algorithms: the model
+    *agrees* only when it alone picked the measured winner, *disagrees* when the measured winner
+    is not among its picks, and otherwise it simply could not choose.
     """
     ratios = [r["ratio"] for r in rows if "ratio" in r]
     lines = [f"model/measured time: {min(ratios):.2f} to {max(ratios):.2f} "
@@ -164,10 +180,16 @@ def verdict(measurement: dict, rows: list[dict]) -> str:
     for numel in sorted({r["numel"] for r in rows}):
         mine = sorted((r for r in rows if r["numel"] == numel and "predicted" in r), key=lambda r: r["measured"])
         won, second = mine[0], mine[1]
-        picked = min(mine, key=lambda r: r["predicted"])["algorithm"]
+        picked = model_pick(mine, tolerance)
         clear = statistics.median(measurement["times"][won["algorithm"]][numel]) < second["measured"]
         margin = "clearly" if clear else "by less than the spread of the repeats"
+        if won["algorithm"] not in picked:
+            said = f"the model picked {', '.join(picked)}: disagrees"
+        elif len(picked) > 1:
+            said = (f"the model predicts a tie between {', '.join(picked)}: it cannot say which wins, "
+                    "so it neither agrees nor disagrees")
+        else:
+            said = f"the model picked {picked[0]}: agrees"
         lines.append(f"{numel:>9,} floats: fastest measured {won['algorithm']} (ahead of "
-                     f"{second['algorithm']} {margin}); the model picked {picked}: "
-                     + ("agrees" if picked == won["algorithm"] else "disagrees"))
+                     f"{second['algorithm']} {margin}); {said}")
     return "\n".join(lines)
