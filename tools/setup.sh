@@ -36,6 +36,8 @@ grep -E '^[A-Za-z0-9_.-]+==' binder/requirements.txt | grep -v '^torch==' > "$PI
 quiet "$PY" -m pip install -e ".[$EXTRAS]" -c "$PINS"
 rm -f "$PINS"
 quiet "$PY" -m ipykernel install --sys-prefix --name python3
+# JupyterLab's defaults for this course (no news toast, no update check): binder/overrides.json
+quiet tools/install_lab_settings.sh "$PY"
 # Horovod: required in this repository's own set-up and CI; optional for a learner.
 if [ "$WHAT" = test ]; then
   tools/install_horovod.sh "$PY"
