@@ -1,0 +1,141 @@
+"""Issue 26: how long the course takes, computed from the stored lessons, not guessed.
+
+For every lesson (notebooks/NN_*.ipynb) and its solutions notebook:
+
+* reading time: the words of its markdown cells at READING_SPEED words a minute (links' addresses
+  and html tags are not read; inline code is);
+* run time: the sum, over its code cells, of the time each took when the notebook was last executed
+  (``make notebooks``).  nbconvert's executor stores it in each code cell's metadata:
+  ``execution["iopub.status.busy"]`` (the kernel started the cell) to
+  ``execution["iopub.status.idle"]`` (it finished, outputs sent).  jupytext's pairing keeps them
+  (jupytext.toml filters only the text twin's metadata).  The kernel's start is not counted; a code
+  cell with no timestamps (edited or added after the last execution) counts as not timed, and the
+  table says how many.
+
+``python tools/course_time.py`` rewrites the table between the markers in course/README.md;
+``--check`` exits 1 (and prints the table) when the README's table is not what the stored lessons
+give.  tests/test_course_time.py runs the check.
+"""
+import json
+import re
+import sys
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "course" / "README.md"
+READING_SPEED = 180                                   # words a minute
+CORE = ("00", "01", "02", "03", "04", "05", "11")     # the core path (course/README.md, "The path")
+BEGIN = "<!-- course_time.py: table begin (generated: python tools/course_time.py) -->"
+END = "<!-- course_time.py: table end -->"
+
+
+def _source(cell) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def reading_words(markdown: str) -> int:
+    """Words a learner reads in markdown: links' addresses and html tags left out, inline code counted."""
+    text = re.sub(r"\]\([^)]*\)", "]", markdown)
+    text = re.sub(r"<[^>]+>", " ", text)
+    return sum(1 for token in text.split() if re.search(r"\w", token))
+
+
+def _when(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def measure(path: Path) -> dict:
+    """Words, run seconds, timed/untimed code cells and the day it ran, for one stored notebook."""
+    cells = json.loads(path.read_text())["cells"]
+    words = sum(reading_words(_source(c)) for c in cells if c["cell_type"] == "markdown")
+    seconds, timed, untimed, days = 0.0, 0, 0, set()
+    for c in cells:
+        if c["cell_type"] != "code" or not _source(c).strip():
+            continue
+        stamps = c.get("metadata", {}).get("execution", {})
+        if "iopub.status.busy" in stamps and "iopub.status.idle" in stamps:
+            start, end = _when(stamps["iopub.status.busy"]), _when(stamps["iopub.status.idle"])
+            seconds += (end - start).total_seconds()
+            timed += 1
+            days.add(start.date().isoformat())
+        else:
+            untimed += 1
+    return {"words": words, "seconds": seconds, "timed": timed, "untimed": untimed, "days": sorted(days)}
+
+
+def lessons() -> list[tuple[str, Path, Path]]:
+    """(number, lesson, solutions) for every lesson."""
+    out = []
+    for lesson in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        out.append((lesson.name[:2], lesson, ROOT / "course" / "solutions" / lesson.name))
+    return out
+
+
+def _minutes(words: int) -> str:
+    return f"{words / READING_SPEED:.0f}"
+
+
+def _row(label: str, m: dict, s: dict) -> str:
+    note = f" ({m['untimed']} not timed)" if m["untimed"] else ""
+    return (f"| {label} | {m['words']:,} | {_minutes(m['words'])} | {m['seconds']:.0f}{note} "
+            f"| {s['words']:,} | {s['seconds']:.0f}{' (' + str(s['untimed']) + ' not timed)' if s['untimed'] else ''} "
+            f"| {', '.join(m['days']) or '-'} |")
+
+
+def _add(a: dict, b: dict) -> dict:
+    return {"words": a["words"] + b["words"], "seconds": a["seconds"] + b["seconds"],
+            "timed": a["timed"] + b["timed"], "untimed": a["untimed"] + b["untimed"],
+            "days": sorted(set(a["days"]) | set(b["days"]))}
+
+
+def table() -> str:
+    """The markdown table (with its markers) that course/README.md must hold."""
+    zero = {"words": 0, "seconds": 0.0, "timed": 0, "untimed": 0, "days": []}
+    rows, core, core_s, total, total_s = [], dict(zero), dict(zero), dict(zero), dict(zero)
+    for number, lesson, solution in lessons():
+        m = measure(lesson)
+        s = measure(solution) if solution.exists() else dict(zero)
+        rows.append(_row(number, m, s))
+        total, total_s = _add(total, m), _add(total_s, s)
+        if number in CORE:
+            core, core_s = _add(core, m), _add(core_s, s)
+    lines = [BEGIN,
+             f"| Lesson | words | reading (min, at {READING_SPEED} words a minute) | run (s, measured) "
+             "| solutions: words | solutions: run (s) | executed on |",
+             "|---|---|---|---|---|---|---|", *rows,
+             _row("**core path** (" + ", ".join(CORE) + ")", core, core_s),
+             _row("**all lessons**", total, total_s),
+             "",
+             f"Reading: the words of the lesson's markdown cells at {READING_SPEED} a minute. Run: the sum of "
+             "its code cells' times as the last `make notebooks` stored them (each cell's execution "
+             "timestamps), on the machine that ran it, without the kernel's start; Binder's single "
+             "shared core is slower. Exercises come on top. Regenerate: `python tools/course_time.py`.",
+             END]
+    return "\n".join(lines)
+
+
+def rewrite(text: str, new_table: str) -> str:
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise SystemExit(f"{README}: the table's markers are missing or repeated; put these two lines where "
+                         f"the table goes:\n{BEGIN}\n{END}")
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[:start] + new_table + text[end:]
+
+
+def main(argv: list[str]) -> int:
+    text, new = README.read_text(), table()
+    updated = rewrite(text, new)
+    if "--check" in argv:
+        if updated != text:
+            print(f"{README.relative_to(ROOT)}'s course-time table is not what the stored lessons give; "
+                  f"run `python tools/course_time.py`. It should read:\n{new}")
+            return 1
+        return 0
+    README.write_text(updated)
+    print(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
