@@ -220,6 +220,33 @@ def test_verdicts_say_faster_or_slower_only_when_every_repeat_agrees():
     assert speedup.verdicts(rows).splitlines()[0].endswith("slower")
 
 
+def test_the_table_and_the_verdict_print_one_speedup():
+    """Lesson 05 printed 1.39 in its table and 1.45 in its verdict for the same runs: the table
+    divided median samples/s, the verdict took the median of each repeat's ratio.  Now both
+    come from ``repeat_ratios``."""
+    def row(world, threads, rep, sps, compute):
+        return dict(model="mlp", width=1024, scaling="weak", global_batch_size=448 * world, batch_size=448,
+                    method="by_hand", world_size=world, threads=threads, repeat=rep, samples_per_s=sps,
+                    step_s=1.0, epoch_s=1.0, compute_s=compute, comm_s=0.0, wait_s=0.0, other_s=0.0)
+
+    rows = [row(1, 1, 0, 100, 0.4), row(1, 1, 1, 60, 0.5), row(1, 2, 0, 150, 0.3), row(1, 2, 1, 150, 0.3),
+            row(2, 1, 0, 120, 0.6), row(2, 1, 1, 110, 0.6)]
+    two = next(t for t in speedup.speedups(rows) if t["world_size"] == 2)
+    ratios = [120 / 100, 110 / 60]
+    assert two["speedup"] == pytest.approx(sum(ratios) / 2)          # not median(120, 110) / median(100, 60)
+    assert (two["speedup_lo"], two["speedup_hi"]) == pytest.approx((min(ratios), max(ratios)))
+    assert f"{two['speedup']:.2f}x (repeats {min(ratios):.2f} to {max(ratios):.2f})" in speedup.verdicts(rows)
+    (ratio,) = speedup.compute_ratios(rows)
+    assert ratio["ratios"] == pytest.approx([0.6 / 0.5, 0.6 / 0.4]) and ratio["ideal"] == 1.0
+
+
+def test_alpha_beta_with_the_measured_compute():
+    one = dict(scaling="strong", compute_s=0.10, other_s=0.02, step_s=0.12, grad_bytes=1e6, n_tensors=2)
+    assumed = speedup.predicted_speedup(one, 2, 0.0, 0.0)               # compute halves: 0.12 / 0.07
+    measured = speedup.predicted_speedup(one, 2, 0.0, 0.0, compute_s=0.09)
+    assert assumed == pytest.approx(0.12 / 0.07) and measured == pytest.approx(0.12 / 0.11)
+
+
 def test_side_by_side_times_each_way_while_the_other_rank_idles():
     """bench/scaling.py's blocks: one process alone, then both ranks, in one launch; the rank that
     waits at the barrier must not use a core meanwhile (else "alone" would not be alone)."""

@@ -93,6 +93,25 @@ def median_rows(rows) -> dict:
     return out
 
 
+def repeat_ratios(rows, key: tuple, world_size: int, threads: int, base_threads: int = 1,
+                  field: str = "samples_per_s", method: str = "by_hand") -> list[float]:
+    """Lesson 05: ``field`` at ``world_size`` ranks over one process's, repeat by repeat, sorted.
+
+    ``scaling.measure`` runs every configuration once per repeat, a few seconds apart, so a
+    repeat of N ranks and the same repeat of one process saw the machine in about the same
+    mood: their ratio is the fair comparison, and the spread of the ratios over repeats says
+    how far the answer can be trusted.  The table (``speedups``), the verdicts and the
+    compute ratios all take their numbers from here, so they cannot disagree.
+    """
+    def by_repeat(world, thr):
+        return {r.get("repeat", 0): r[field] for r in rows
+                if config_key(r) == key and r.get("method", method) == method
+                and r["world_size"] == world and r["threads"] == thr}
+
+    mine, base = by_repeat(world_size, threads), by_repeat(1, base_threads)
+    return sorted(mine[i] / base[i] for i in mine if i in base)
+
+
 def speedups(rows, baseline_threads: int = 1) -> list[dict]:
     """Lesson 05: per configuration and world size, samples/s relative to one process.
 
@@ -100,21 +119,22 @@ def speedups(rows, baseline_threads: int = 1) -> list[dict]:
     per-core question: does a second rank pay for its core?); ``vs_all_cores`` is over
     one process using every core the ranks use (the single-machine question: is a
     second *process* better than a second *thread*?).  ``efficiency`` is speedup / N.
+    Both ratios are the median over repeats of ``repeat_ratios`` (``speedup_lo`` and
+    ``speedup_hi`` are their range), the same numbers ``verdicts`` prints.
     """
     med = median_rows(rows)
     out = []
     for key, r in sorted(med.items()):
         if r["world_size"] == 1 and r["threads"] != baseline_threads:
             continue
-        one = med.get(config_key(r) + (r["method"], 1, baseline_threads))
-        if one is None:
+        if med.get(config_key(r) + (r["method"], 1, baseline_threads)) is None:
             continue
         n = r["world_size"]
-        threaded = med.get(config_key(r) + (r["method"], 1, n))
-        row = dict(r, speedup=r["samples_per_s"] / one["samples_per_s"])
+        ratios = repeat_ratios(rows, config_key(r), n, r["threads"], baseline_threads, method=r["method"])
+        threaded = repeat_ratios(rows, config_key(r), n, r["threads"], n, method=r["method"])
+        row = dict(r, speedup=statistics.median(ratios), speedup_lo=ratios[0], speedup_hi=ratios[-1])
         row["efficiency"] = row["speedup"] / n
-        row["vs_all_cores"] = (r["samples_per_s"] / threaded["samples_per_s"]
-                               if threaded is not None else float("nan"))
+        row["vs_all_cores"] = statistics.median(threaded) if threaded else float("nan")
         row["comm_to_compute"] = (r["comm_s"] + r["wait_s"]) / r["compute_s"]
         out.append(row)
     return out
@@ -129,17 +149,11 @@ def verdicts(rows, world_size: int = 2) -> str:
     configuration ran once).  "Faster" or "slower" only when every repeat agrees; otherwise
     the difference is smaller than the spread of the repeats.
     """
-    def by_repeat(key, world, threads):
-        return {r["repeat"]: r["samples_per_s"] for r in rows
-                if config_key(r) == key and r["world_size"] == world and r["threads"] == threads}
-
     lines = []
     for key in dict.fromkeys(config_key(r) for r in rows):
         model, width, scaling, batch = key
-        ranks = by_repeat(key, world_size, 1)
         for other, threads in (("1 process x 1 thread", 1), (f"1 process x {world_size} threads", world_size)):
-            base = by_repeat(key, 1, threads)
-            ratios = sorted(ranks[i] / base[i] for i in ranks if i in base)
+            ratios = repeat_ratios(rows, key, world_size, 1, threads)
             if not ratios:
                 continue
             said = ("faster" if ratios[0] > 1 else "slower" if ratios[-1] < 1
@@ -213,20 +227,43 @@ def fit_alpha_beta(rows) -> tuple[float, float]:
     return best[1], best[2]
 
 
-def predict_step_seconds(one: dict, world_size: int, alpha: float, beta: float) -> float:
+def compute_ratios(rows, world_size: int = 2) -> list[dict]:
+    """Lesson 05: did each rank's forward+backward really shrink to 1/N of one process's?
+
+    The alpha-beta prediction (``predict_step_seconds``) assumes it did in strong scaling.
+    This compares the measured ``compute_s`` (forward and backward, per rank and step) at
+    ``world_size`` ranks with one process at one thread, repeat by repeat (``repeat_ratios``):
+    ``ideal`` is 1/N in strong scaling and 1 in weak scaling.  A ratio above the ideal is
+    compute that did not split: smaller matrix products use a core less well, and two
+    processes on two cores share caches, memory bandwidth and the machine's other work.
+    """
+    out = []
+    for key in dict.fromkeys(config_key(r) for r in rows):
+        ratios = repeat_ratios(rows, key, world_size, 1, 1, field="compute_s")
+        if ratios:
+            out.append(dict(key=key, ratios=ratios, median=statistics.median(ratios),
+                            ideal=1 / world_size if key[2] == "strong" else 1.0))
+    return out
+
+
+def predict_step_seconds(one: dict, world_size: int, alpha: float, beta: float,
+                         compute_s: float | None = None) -> float:
     """Lesson 05: a step's time at ``world_size`` ranks, from the one-rank row and alpha-beta.
 
     Compute shrinks with N in strong scaling (each rank gets 1/N of the batch) and stays in
     weak scaling; the rest of the step (the optimiser updates every parameter on every
-    rank, data handling) does not shrink; the all-reduce grows with N.
+    rank, data handling) does not shrink; the all-reduce grows with N.  ``compute_s``, when
+    given, replaces that assumed compute by one measured at ``world_size`` ranks
+    (``compute_ratios`` says how far the two differ).
     """
-    compute = one["compute_s"] / world_size if one["scaling"] == "strong" else one["compute_s"]
+    if compute_s is None:
+        compute_s = one["compute_s"] / world_size if one["scaling"] == "strong" else one["compute_s"]
     comm = allreduce_seconds(one["grad_bytes"], world_size, alpha, beta, one["n_tensors"])
-    return compute + one["other_s"] + comm
+    return compute_s + one["other_s"] + comm
 
 
-def predicted_speedup(one: dict, world_size: int, alpha: float, beta: float) -> float:
+def predicted_speedup(one: dict, world_size: int, alpha: float, beta: float,
+                      compute_s: float | None = None) -> float:
     """Samples/s at ``world_size`` ranks over one rank, as ``predict_step_seconds`` sees it."""
     samples = 1 if one["scaling"] == "strong" else world_size
-    return samples * one["step_s"] / predict_step_seconds(one, world_size, alpha, beta)
-
+    return samples * one["step_s"] / predict_step_seconds(one, world_size, alpha, beta, compute_s)
