@@ -35,14 +35,19 @@ def load() -> dict:
 
 
 def remember(lesson: str, **values) -> None:
-    """Lesson 11: keep what lesson ``lesson`` measured (numbers, strings, lists, dicts of them)."""
+    """Lesson 11: keep what lesson ``lesson`` measured (numbers, strings, lists, dicts of them).
+
+    The values join what the lesson stored before, key by key (a key given again is replaced):
+    a lesson may remember from several cells (lesson 05 stores its speedups, later its compute
+    ratios and its more-data measurements), and a later cell must not erase an earlier one's.
+    """
     entry = {**json.loads(json.dumps(values)), "when": time.strftime("%Y-%m-%d %H:%M")}
     path = results_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(f"{path}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)          # read, change, write: one lesson at a time
         data = load()
-        data[lesson] = entry
+        data[lesson] = {**data.get(lesson, {}), **entry}
         with open(f"{path}.{os.getpid()}.tmp", "w") as f:
             json.dump(data, f, indent=1)
         os.replace(f"{path}.{os.getpid()}.tmp", path)

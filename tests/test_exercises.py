@@ -132,3 +132,16 @@ def test_a_question_about_a_lesson_not_run_says_which_lesson_to_run(capsys, tmp_
     assert "run that lesson first" in capsys.readouterr().out
     course_results.remember("05", speedup_2_ranks={"worst": 0.1, "probe": 1.2})
     assert exc.best_regime("probe", course_results.recall("05")) is True
+
+
+def test_a_lesson_remembers_from_several_cells(tmp_path, monkeypatch):
+    """Lesson 05 stores its speedups early, its compute ratios and more-data measurements later: a later
+    remember joins the earlier one's keys (it replaced the whole entry before, and lesson 11 lost the speedups)."""
+    from distlab import course_results
+
+    monkeypatch.setenv("DISTLAB_RESULTS", str(tmp_path / "results.json"))
+    course_results.remember("05", speedup_2_ranks={"worst": 0.1}, regimes={"worst": {}})
+    course_results.remember("05", compute_ratio_2_ranks={"worst": 0.7}, speedup_2_ranks={"worst": 0.2})
+    stored = course_results.recall("05")
+    assert stored["compute_ratio_2_ranks"] == {"worst": 0.7} and stored["regimes"] == {"worst": {}}
+    assert stored["speedup_2_ranks"] == {"worst": 0.2}          # a key given again is replaced
