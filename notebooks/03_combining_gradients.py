@@ -2,8 +2,8 @@
 # # Lesson 03 · Combining gradients: parameter server vs all-reduce
 #
 # **Goal of this lesson.** In lesson 01 every rank averaged its gradients with one call,
-# `dist.all_reduce`. The insurance company's model has about a million gradient numbers, and
-# every training step they must travel between the workers. *How* they travel decides whether
+# `dist.all_reduce`. Lesson 01's small model has thousands of gradient numbers (the first
+# cell counts them), a production model billions, and every step they travel between workers. *How* they travel decides whether
 # more workers pay off. By the end of this lesson you can
 #
 # 1. explain four ways of combining N gradients: **naive** (all to one, then back), a
@@ -12,7 +12,8 @@
 # 2. predict how many bytes each rank sends and how long it takes, with the **alpha-beta model**;
 # 3. check your predictions against measurements on this machine, and against training.
 #
-# Everything you see below was recorded on real worker processes.
+# Every measurement below was recorded on real worker processes; the model's predictions
+# are printed next to them and labelled as predictions.
 
 # %%
 import inspect
@@ -21,7 +22,11 @@ import distlab
 from distlab.comm import collective_runs, collectives, cost_model, measure_costs
 from distlab.parallel.data_parallel import train, train_single
 from distlab.widgets import collectives as pictures, costs
+from distlab.models import build_model
 from distlab.widgets.display import show
+
+gradient_numbers = sum(p.numel() for p in build_model("mlp", 64).parameters())
+print("gradient numbers of lesson 01's model, per step:", gradient_numbers)
 
 # %% tags=["nbval-ignore-output"]
 from distlab import doctor
@@ -117,8 +122,8 @@ exercises.ring_bytes(my_answer, world_size=4, numel=1_000_000)
 
 # %% [markdown]
 # With 64 ranks the server would send 63 tensors per step, and receive 63: its link is the
-# bottleneck, and it grows with N. A ring rank sends 2·63/64 ≈ 1.97 tensors, whatever N is.
-# This is why large jobs use all-reduce (or shard the server over many machines).
+# bottleneck, and it grows with N. A ring rank sends 2·63/64 ≈ 1.97 tensors: never more
+# than 2, whatever N is. This is why large jobs use all-reduce (or shard the server over many machines).
 
 # %%
 numel = 1_000_000
@@ -135,21 +140,37 @@ for n in (2, 4, 16, 64):
 # two ranks, then time every algorithm side by side (they take turns, so a busy moment of the
 # machine hits all of them) next to gloo's own `dist.all_reduce`.
 #
-# **Before running:** on 2 ranks, which of the four do you expect to be fastest for 1,000
-# floats, and which for 1,000,000? (Hint: count the steps in a row, and the bytes per step.)
-# Write it down.
+# **Before running:** on 2 ranks, draw who sends what to whom in each of the four. Which of
+# them send exactly the same messages, one after the other, so that the model must price them
+# identically? (The cell after the measurement checks your answer.) Then guess: will the
+# stopwatch put those in a fixed order, and can the model name a winner among them?
 
 # %% tags=["nbval-ignore-output"]
 measured = distlab.launch(measure_costs.measure, world_size=2, sizes=(1_000, 100_000, 1_000_000),
-                          repeats=5, ping_pong_bytes=(8, 8_000, 80_000, 800_000, 4_000_000),
+                          repeats=15, ping_pong_bytes=(8, 8_000, 80_000, 800_000, 4_000_000),
                           ping_pong_repeats=10)[0]
 link = cost_model.fit_link(measured["ping_pong"], measured["add"])
 print(link)
 
+# %%
+from distlab import exercises
+
+identical = ...   # a set of algorithm names, e.g. {"naive", "ring"}
+
+exercises.identical_at_two(identical, link)
+
+# %% [markdown]
+# The measured times: the best of the repeats, and in brackets the median and the slowest, so
+# that you see how far the repeats spread; then the model's prediction.
+
 # %% tags=["nbval-ignore-output"]
+import statistics
+
 rows = measure_costs.compare(measured, link)
 for row in rows:
-    line = f"{row['algorithm']:17} {row['numel']:>9,} floats: measured {row['measured'] * 1e3:7.2f} ms"
+    reps = measured["times"][row["algorithm"]][row["numel"]]
+    line = (f"{row['algorithm']:17} {row['numel']:>9,} floats: measured {row['measured'] * 1e3:6.2f} ms "
+            f"(median {statistics.median(reps) * 1e3:6.2f}, slowest {max(reps) * 1e3:6.2f})")
     if "predicted" in row:
         line += f", model {row['predicted'] * 1e3:7.2f} ms (model/measured {row['ratio']:.2f})"
     print(line)
@@ -158,6 +179,7 @@ for row in rows:
 # Did the model get it right? The next cell answers from the numbers above, not from what the
 # model should do: how far its times were from the measured ones, and whether it picked the
 # same winner as the stopwatch at each size (the spread says how much the repeats disagreed).
+# Where the model predicts a tie it cannot pick, and the verdict says so.
 
 # %% tags=["nbval-ignore-output"]
 print(measure_costs.verdict(measured, rows))
@@ -169,16 +191,23 @@ print(measure_costs.verdict(measured, rows))
 #   message already keeps both of our 2 cores busy (one copies out, one copies in). The model
 #   calls this `lanes = 1`: the ring's simultaneous messages (one per rank) take turns, so on
 #   this machine every algorithm moves its bytes one after another and the ring has no edge.
-#   On a cluster every rank has its own link (`lanes=None`); there the ring's flat ~2 tensors
-#   per rank is what lets it scale.
-# * Small tensors are ruled by α, the price per message: fewer steps in a row win.
-# * The model is a sketch, not a stopwatch: on a busy machine the measurements spread, and
-#   caches make large tensors slower per byte than the ping-pong suggests. Compare the
-#   ratios, not the last digit. `bench/collectives.py` measures messages up to 40 MB and
-#   gives large ones a line of their own (`Link.large`): in one run of it on this 2-core
-#   machine, 40 MB moved at about 2.5 GB/s against about 6 GB/s for messages that fit in the
-#   caches (run it to see yours).
-#
+#   On a cluster every rank has its own link (`lanes=None`); there the ring's at most 2 tensors
+#   per rank, whatever N, is what lets it scale.
+# * On 2 ranks naive, parameter server and tree are the same two messages, so whichever the
+#   stopwatch puts first among them won by chance.
+
+# %% [markdown]
+# * Small tensors are ruled by α: an all-reduce of 1,000 floats is a few messages of about α
+#   each. A moment in which the operating system hands a core to another process costs more
+#   than that, so at small sizes the times come out in no reliable order, and a small tensor
+#   may even take longer than a larger one (look for it above). Differences smaller than the
+#   spread of the repeats (the median and slowest columns) mean nothing.
+# * The model is a sketch, not a stopwatch: compare the ratios, not the last digit. Its 1/β
+#   is the one fitted above from the ping-pong. Caches can make large tensors slower per byte:
+#   `bench/collectives.py` measures much larger messages and fits them a line of their own
+#   (`Link.large`), so you can see whether they are on your machine.
+
+# %% [markdown]
 # Explore the model below: change N, the tensor size, and switch the hardware from "this
 # machine" to "a cluster". Marks are the measurements above.
 
@@ -215,7 +244,7 @@ difference = max(distlab.max_param_difference(r.params, single.params) for r in 
 print(f"largest parameter difference, ring-trained ranks vs one process: {difference:.0e}")
 
 # %% [markdown]
-# The exact figure depends on the processor's rounding (1e-8 on one machine, 2e-8 on another);
+# The exact figure depends on the processor's rounding, and so differs between machines;
 # the fact does not:
 
 # %%
@@ -227,12 +256,13 @@ print("the ring-trained ranks took the steps of one process, within 1e-5")
 #
 # * All four algorithms give the same sum; they differ in **who sends what to whom**.
 # * A **parameter server**'s link carries N−1 tensors in and out: it grows with N. A **ring**
-#   rank sends about 2 tensors whatever N is, in 2(N−1) steps; a **tree** needs only
-#   2·log₂N steps but sends whole tensors.
+#   rank sends 2(N−1)/N tensors (one at N = 2, never more than two), in 2(N−1) steps; a
+#   **tree** needs only 2·log₂N steps but sends whole tensors.
 # * The **alpha-beta model**, fitted from a ping-pong, predicts the bytes exactly. Its times
 #   are a sketch: how far they were from the stopwatch here, and whether it named the same
-#   winner, is printed above for this run. On one 2-core machine, where "the network" is the
-#   CPU, the ring cannot show its strength. Lesson 05 asks when distributing pays at all.
+#   winner (or predicted a tie, and could not), is printed above for this run. On one 2-core
+#   machine, where "the network" is the CPU, the ring cannot show its strength. Lesson 05
+#   asks when distributing pays at all.
 #
 # Benchmark on a quiet machine: `python bench/collectives.py`.
 

@@ -33,3 +33,17 @@ cluster = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
 answer = dict(fastest_small="tree", fastest_big="ring")
 
 assert exercises.fastest_on_cluster(answer, world_size=16, link=cluster)
+
+# %% [markdown]
+# **Identical on 2 ranks.** On 2 ranks the naive all-reduce sends rank 1's whole tensor to
+# rank 0 and the sum back: two whole-tensor messages, one after the other. The parameter
+# server (rank 0 is the server) does exactly the same, and so does the tree, whose single
+# level pairs rank 1 with rank 0. The ring cuts the tensor into 2 chunks and in each of its 2
+# steps both ranks send at once: on one lane those messages take turns, so the model prices it
+# differently.
+
+# %%
+this_machine = cost_model.Link(alpha=1e-4, beta=1 / 5e9, gamma=1 / 20e9, lanes=1)   # any one-lane link
+identical = {"naive", "parameter_server", "tree"}
+
+assert exercises.identical_at_two(identical, this_machine)

@@ -180,8 +180,9 @@ def ring_all_reduce(tensor, op: str = "sum", *, trace_values: bool = False):
        more rank's numbers per step; afterwards rank r holds the full sum of chunk (r+1).
     2. *All-gather*, N-1 steps: the finished chunks travel round once more and are stored.
 
-    Every rank sends 2(N-1) chunks of n/N: about twice the tensor, however many ranks there
-    are.  That is why the ring scales where the parameter server's link saturates.
+    Every rank sends 2(N-1) chunks of n/N: 2(N-1)/N times the tensor, one tensor at N = 2 and
+    never more than two, however many ranks there are.  That is why the ring scales where the
+    parameter server's link saturates.
     """
     rank, world, flat = _begin(tensor, op)
     log = []
