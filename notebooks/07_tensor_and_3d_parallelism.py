@@ -5,7 +5,10 @@
 # big for one worker, or when the pipeline's bubble is too costly, each *layer* can be split
 # instead: every rank holds a slice of every weight matrix, and all ranks work on the same
 # batch at once. Large models combine the three splits (data, pipeline, tensor) in one grid of
-# ranks: DeepSpeed and Megatron-LM call it **3D parallelism**. By the end of this lesson you can:
+# ranks: DeepSpeed and Megatron-LM call it **3D parallelism**.
+
+# %% [markdown]
+# By the end of this lesson you can:
 #
 # 1. split a block of two linear layers **column-wise then row-wise** across ranks, and say
 #    why it needs exactly one all-reduce forward and one backward;
@@ -141,7 +144,8 @@ for axis in mesh.AXES:
     print(f"{axis:>8} groups: {mesh.groups_of(grid, axis)}")
 
 # %% [markdown]
-# Our machine runs 4 ranks comfortably, so we take two of the three axes at a time: 2 data x 2
+# Eight ranks would crowd a laptop (and four already share its cores when it has fewer: slower,
+# the same result), so we take two of the three axes at a time: 2 data x 2
 # pipeline (each replica is lesson 06's pipeline, the two replicas average gradients), and 2
 # data x 2 tensor (each replica is the split block of section 2). Each replica trains on half of
 # every batch, so together they take the step of one process at the whole batch:
@@ -177,7 +181,7 @@ for name, records in meshes.items():
 #
 # Put the three layouts side by side on 2 ranks, for the same model and batch: what each rank
 # holds, and what it sends per step (for data and tensor parallelism the bytes it passes to
-# all-reduce; on 2 ranks a ring all-reduce makes each rank send as many, lesson 02).
+# all-reduce; on 2 ranks a ring all-reduce makes each rank send as many, lesson 03).
 
 # %% tags=["nbval-ignore-output"]
 stages_run = distlab.launch(pipeline.train, world_size=2, model="mlp", depth=3, schedule="1f1b", micro_batches=4,
@@ -193,16 +197,37 @@ least = min(layouts, key=lambda k: layouts[k][1])
 print(f"at this batch ({SETUP['global_batch_size']}), the {least.split(' (')[0]} layout sends the fewest bytes per step")
 
 # %% [markdown]
+# Bytes are counts, not timings: the same on every machine and in every run, so the next cell
+# checks them against what each layout must send.
+
+# %%
+batch, width = SETUP["global_batch_size"], SETUP["width"]
+sent = {name.split(" (")[0]: layout[1] for name, layout in layouts.items()}
+assert sent["data parallel"] == 4 * sum(p.numel() for p in one_process.params.values())   # every gradient
+assert sent["pipeline"] == batch * width * 4              # stage 0: every sample's activations, once
+assert sent["tensor"] == 2 * batch * width * 4            # two all-reduces of batch x width numbers
+print("bytes sent per step, fewest first:", " < ".join(sorted(sent, key=sent.get)))
+print("data parallelism sends the most at this batch:", sent["data parallel"] == max(sent.values()))
+
+# %% [markdown]
 # Read it as the insurance company would. Each way of splitting the model **divides the memory**
 # a rank needs for parameters (and so for their gradients and optimizer state); data
-# parallelism does not divide it at all. What they pay is different: a pipeline pays with its
-# bubble (lesson 06) and sends activations between neighbours; tensor parallelism has no bubble
-# but all-reduces activations inside every block, twice per step, so it wants the fastest links
-# there are. For models like ours, which fit on one worker many times over, neither is worth it:
-# data parallelism is simpler and sends less. Model parallelism becomes necessary when a model,
-# with its gradients and optimizer state, no longer fits, and then real systems combine all three:
-# tensor inside a machine, pipeline across a few machines, data across the rest.
-#
+# parallelism does not divide it at all. What they send differs in kind: data parallelism sends
+# every gradient, bytes fixed by the model; a pipeline and tensor parallelism send activations,
+# bytes that grow with the batch. So data parallelism sends less only where a step's
+# activations outweigh the parameters (a large batch on a small model: section 2's table); at
+# this lesson's batch the cells above show it sending the most.
+
+# %% [markdown]
+# What the splits pay besides bytes: a pipeline its bubble (lesson 06); tensor parallelism its
+# all-reduces *inside* the passes, where nothing else can run, so it wants the fastest links
+# there are. For a model like ours, which fits on one worker many times over, data parallelism
+# is the simpler choice: the ordinary training loop and one all-reduce per step. Model
+# parallelism becomes necessary when a model, with its gradients and optimizer state, no longer
+# fits; then real systems combine all three: tensor inside a machine, pipeline across a few
+# machines, data across the rest.
+
+# %% [markdown]
 # ## Exercises
 #
 # **1.** With the block split across ranks, how many bytes does one rank pass to all-reduce per
