@@ -3,8 +3,10 @@
 #
 # **Goal of this lesson.** The insurance company's machines are not all alike: one old server
 # is slower than the rest. Synchronous data parallelism (lesson 01) makes every rank meet the
-# others at every all-reduce, so what does one slow machine cost? By the end of this lesson you
-# can:
+# others at every all-reduce, so what does one slow machine cost?
+
+# %% [markdown]
+# By the end of this lesson you can:
 #
 # 1. read a **timeline** recorded on real processes: when each rank computed, when it entered
 #    and left the all-reduce, and how long it **waited** for the others;
@@ -14,7 +16,8 @@
 #    price: **staleness**, and how it converges next to synchronous SGD on the same data;
 # 4. talk **every k steps** instead of every step (gradient accumulation, local SGD) and
 #    measure what that saves and what it costs.
-#
+
+# %% [markdown]
 # Every number below is measured live on real worker processes, a little of each so that the
 # lesson runs in well under a minute. Timings move from run to run (other programs share the
 # cores): read them as "about".
@@ -67,6 +70,8 @@ timeline.timeline_widget(plain, title="two ranks, no straggler")
 # %% tags=["nbval-ignore-output"]
 print("mean wait per step (ms):", [round(w * 1e3, 2) for w in timeline.mean_wait(plain)])
 print(f"samples per second, whole job: {distlab.throughput(plain):.0f}")
+compute = [s.t_compute_end - s.t_start for s in plain[0].steps[1:]]
+print(f"rank 0 computes a step (forward and backward) in {np.median(compute) * 1e3:.1f} ms (median)")
 
 # %%
 waits = timeline.waits(plain)
@@ -76,9 +81,9 @@ print("at every step one rank waited exactly 0 s: the last one to arrive")
 # %% [markdown]
 # ## 2. A straggler: predict, then measure
 #
-# Suppose rank 1 is the old machine: every step it needs 20 ms more to compute (it sleeps 20 ms
-# inside its compute phase: `straggler=(1, 0.02)`). One step of this small model computes in
-# about a millisecond.
+# Suppose rank 1 is the old machine: every step it needs `DELAY` seconds more to compute (it
+# sleeps that long inside its compute phase: `straggler=(1, DELAY)`). Compare `DELAY` with the
+# compute time per step that the cell above printed.
 #
 # **Predict before running the next cells:** how long will rank 0 wait at each all-reduce? And
 # what happens to the samples per second of the whole job?
@@ -121,8 +126,8 @@ course_results.remember("04", straggler_seconds=DELAY,                 # for les
 
 # %% [markdown]
 # **Why.** A synchronous step ends when the *slowest* rank has contributed its gradient, so every
-# rank steps at the straggler's pace: 20 ms more per step for everybody, and the fast rank spends
-# those 20 ms idle (orange). With N ranks, one slow machine idles the other N - 1. The slower
+# rank steps at the straggler's pace: `DELAY` more per step for everybody, and the fast rank
+# spends that time idle (orange). With N ranks, one slow machine idles the other N - 1. The slower
 # the straggler, the larger the share of the job's time that is waiting; a rank k times slower
 # is the same as a delay of (k - 1) x its compute time.
 #
@@ -175,16 +180,33 @@ print("staleness of the first update:", server.updates[0].staleness)
 print("some gradients were computed on old parameters:", max(server.staleness) > 0)
 
 # %% tags=["nbval-ignore-output"]
+split = async_sgd.staleness_split(server)      # before / after the other worker's last push
 for w in (1, 2):
-    mine = [u.staleness for u in server.updates if u.worker == w]
-    print(f"worker {w}: mean staleness {np.mean(mine):.1f}, largest {max(mine)}")
+    mine = [u for u in server.updates if u.worker == w]
+    print(f"worker {w}: mean staleness {np.mean([u.staleness for u in mine]):.1f} over its {len(mine)} "
+          f"gradients, the last applied {mine[-1].time - server.t_first:.2f} s after the start")
+    if split[w]["shared"]:
+        print(f"  {len(split[w]['shared']):3} computed while the other worker still pushed: "
+              f"mean staleness {np.mean(split[w]['shared']):.1f}, from {min(split[w]['shared'])} "
+              f"to {max(split[w]['shared'])}")
+    print(f"  {len(split[w]['alone']):3} computed after the other had finished: staleness 0")
+    assert all(s == 0 for s in split[w]["alone"])
+fast, slow_w = split[1]["shared"], split[2]["shared"]
+print("while both pushed:", "every gradient of the slow worker was staler than every one of the fast worker"
+      if min(slow_w) > max(fast) else "the slow worker's gradients were staler on average (the ranges overlap)"
+      if np.mean(slow_w) > np.mean(fast) else "no clear difference between the workers")
 show(timeline.staleness_figure(server))
 
 # %% [markdown]
-# The slow worker's gradients are the stale ones: while it computes one gradient, the fast
-# worker gets several applied. Does that hurt learning? The same curves for the synchronous run
-# with the same straggler and the asynchronous run; switch the x axis between updates, samples
-# and seconds:
+# **Where the staleness is.** Each of the slow worker's gradients is as stale as the number of
+# the fast worker's updates applied while it computed. But both workers run the same number of
+# steps, so the fast one finishes first (the cell prints when each one's last gradient was
+# applied). After that the slow worker trains alone: nobody moves the parameters between its
+# pull and its push, so its staleness is 0. Its mean over the whole run mixes the two parts;
+# the cell above prints them apart.
+#
+# Does staleness hurt learning? The same curves for the synchronous run with the same
+# straggler and the asynchronous run; switch the x axis between updates, samples and seconds:
 
 # %% tags=["nbval-ignore-output"]
 timeline.convergence_widget(slow, server, x="samples")
@@ -194,16 +216,19 @@ print(f"test accuracy: synchronous {slow[0].test_accuracy:.3f}, asynchronous {se
 print(f"training time: synchronous {slow[0].wall_time:.2f} s, asynchronous {server.wall_time:.2f} s")
 
 # %% [markdown]
-# **Reading the curves.** Per *update*, the synchronous run learns more: each of its updates
-# averages two mini-batches computed on current parameters, while each asynchronous update is
-# one mini-batch, sometimes computed on old parameters. Per *sample* the asynchronous run makes
-# twice as many (smaller, noisier) steps with the same learning rate; whether that helps or
-# hurts on this small problem is what the two accuracies above say, and they move from run to
-# run (the order in which the server applies the gradients depends on timing). Per *second*, the fast worker keeps the server busy while the slow one computes,
-# so the loss falls sooner; yet here each worker has a fixed share of the data, so the job still
-# ends when the slow worker has pushed its last gradient. Staleness grows with the number of
-# workers and with their differences in speed, which is why large jobs today mostly stay
-# synchronous and fight stragglers in other ways.
+# **Reading the curves.** Per *update*, expect the synchronous run to learn more: each of its
+# updates averages two mini-batches computed on current parameters, while each asynchronous
+# update is one mini-batch, sometimes computed on old parameters. Per *sample* the asynchronous
+# run makes twice as many (smaller, noisier) steps with the same learning rate; whether that
+# helps or hurts on this small problem is what the two accuracies above say, and they move from
+# run to run (the order in which the server applies the gradients depends on timing).
+
+# %% [markdown]
+# Per *second*, the fast worker keeps the server busy while the slow one computes, so the loss
+# can fall sooner; yet each worker has a fixed share of the data, so the job still ends when
+# the slow worker has pushed its last gradient. Staleness grows with the number of workers and
+# with their differences in speed, which is why large jobs today mostly stay synchronous and
+# fight stragglers in other ways.
 
 # %% [markdown]
 # ## 4. The middle ground: talk every k steps
@@ -255,21 +280,27 @@ for i in (1, 2):
     k = runs[i]["k"]
     print(f"local SGD, k = {k:2}: communication per sample fell {comm[0] / comm[i]:.1f}-fold "
           f"from k = 1 (exactly {k}-fold if every all-reduce cost the same)")
-gap = comm[3] / comm[1]
-print(f"k = 4, both with 16 all-reduces of the same size: gradient accumulation spent "
-      f"{gap:.2f}x the communication per sample of local SGD"
-      + (" (within 25%: about the same)" if 0.8 <= gap <= 1.25 else " (more than 25% apart)"))
+same_size = local_sgd.compare_all_reduces({"gradient accumulation": by_run[3], "local SGD": by_run[1]})
+print("k = 4, both with 16 all-reduces of the same size; seconds per all-reduce, median (middle half):")
+for name in ("gradient accumulation", "local SGD"):
+    got = same_size[name]
+    print(f"  {name:>21}: {got['median'] * 1e3:.2f} ms ({got['low'] * 1e3:.2f} to {got['high'] * 1e3:.2f})")
+print("  verdict:", same_size["verdict"])
 
 # %% [markdown]
 # An all-reduce's clock starts when *this* rank arrives, so it also counts the time spent
 # waiting for the other rank, and that waiting differs from one all-reduce to the next (whose
 # core was busy, whose micro-batches were slower). So the fall need not be exactly k-fold, and
 # two runs with the same number of all-reduces of the same size differ by how much their
-# ranks drifted apart between them. Gradient accumulation pays with fewer updates
-# (64 / k steps at a bigger batch), so at the same number of samples it has learned less. Local
-# SGD keeps every update; between averages the copies drift apart on their own shards, which at
-# large k and learning rate starts to cost accuracy.
+# ranks drifted apart between them: the verdict above says whether the spread of their
+# all-reduces leaves a clear difference.
 #
+# Gradient accumulation pays with fewer updates (64 / k steps at a bigger batch), so at the
+# same number of samples it has learned less. Local SGD keeps every update; between averages
+# the copies drift apart on their own shards, which at large k and learning rate starts to
+# cost accuracy: compare the accuracies in the table.
+
+# %% [markdown]
 # ### Exercise
 #
 # In the local SGD run with k = 16 and 64 steps, how many times did each rank all-reduce its
@@ -288,7 +319,7 @@ exercises.local_sgd_rounds(my_answer, local_sgd.all_reduce_rounds(by_run[2][0]),
 # | | waits for others | stale gradients | all-reduces per step |
 # |---|---|---|---|
 # | synchronous SGD (lesson 01) | yes, at every step: for the slowest rank | no | 1 |
-# | asynchronous SGD, parameter server | no (only for the server) | yes, more for slow workers | none: push and pull |
+# | asynchronous SGD, parameter server | no (only for the server) | yes: a slow worker's, while faster ones push | none: push and pull |
 # | gradient accumulation, every k | yes, every k micro-batches | no | 1/k (and 1/k of the updates) |
 # | local SGD, every k | yes, every k steps | no, but copies drift | 1/k |
 #

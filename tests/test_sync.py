@@ -121,6 +121,28 @@ def test_the_server_applies_every_gradient_once_and_records_staleness(async_run)
     assert [w.method for w in workers] == ["async", "async"] and all(len(w.steps) == 60 for w in workers)
 
 
+def test_staleness_split_separates_the_slow_workers_stale_part_from_its_run_alone(async_run):
+    """Lesson 04 c24/c25: the fast worker finishes early; the slow one then trains alone, fresh."""
+    server = async_run[0]
+    split = async_sgd.staleness_split(server)
+    for w in (1, 2):          # every gradient lands in exactly one part, in order of application
+        mine = [u.staleness for u in server.updates if u.worker == w]
+        assert sorted(split[w]["shared"] + split[w]["alone"]) == sorted(mine)
+        assert all(s == 0 for s in split[w]["alone"])
+    assert split[1]["alone"] == [] and len(split[2]["alone"]) > 0        # worker 1 is the fast one
+    assert np.mean(split[2]["shared"]) > np.mean(split[1]["shared"])
+    assert np.mean(split[2]["shared"]) > np.mean(split[2]["shared"] + split[2]["alone"])
+
+
+def test_staleness_split_on_a_constructed_record():
+    """Worker 1 pushes 3 gradients while worker 2 computes one; then worker 2 is alone."""
+    ups = [async_sgd.Update(v, w, used, v - 1 - used, 0.0, 0.0, 0.0)
+           for v, w, used in ((1, 1, 0), (2, 1, 1), (3, 1, 2), (4, 2, 0), (5, 2, 4), (6, 2, 5))]
+    server = async_sgd.ServerRecord(0, 3, {}, 0.0, ups)
+    assert async_sgd.staleness_split(server) == {1: {"shared": [0, 0, 0], "alone": []},
+                                                  2: {"shared": [3], "alone": [0, 0]}}
+
+
 def test_async_workers_see_the_synchronous_data_and_learn(async_run):
     server = async_run[0]
     n = load_digits().n_train
@@ -195,6 +217,29 @@ def test_local_sgd_talks_every_k_steps():
         assert a.test_accuracy > 0.3
     assert runs[16][0].params["fc1.weight"].sub(sync.params["fc1.weight"]).abs().max() > 1e-4
     assert local_sgd.comm_seconds_per_sample(runs[16]) < local_sgd.comm_seconds_per_sample(runs[1])
+    assert len(local_sgd.all_reduce_seconds(runs[4])) == 2 * 8        # every rank's every round
+    got = local_sgd.compare_all_reduces({"k=4": runs[4], "k=16": runs[16]})
+    assert all(got[n]["low"] <= got[n]["median"] <= got[n]["high"] for n in ("k=4", "k=16"))
+    assert got["verdict"] in ("no clear difference", "k=4 spent less per all-reduce", "k=16 spent less per all-reduce")
+
+
+class _Steps:
+    """A rank's record whose all-reduces took the given seconds."""
+
+    def __init__(self, seconds):
+        from types import SimpleNamespace
+        self.steps = [SimpleNamespace(t_comm_start=10.0 * i, t_comm_end=10.0 * i + t) for i, t in enumerate(seconds)]
+
+
+def test_compare_all_reduces_reports_a_tie_as_a_tie():
+    same = [_Steps([1.0, 2.0, 3.0, 4.0, 5.0])]
+    shifted = [_Steps([2.0, 3.0, 4.0, 5.0, 6.0])]
+    assert local_sgd.compare_all_reduces({"a": same, "b": shifted})["verdict"] == "no clear difference"
+    far = [_Steps([9.0, 10.0, 11.0, 12.0, 13.0])]
+    assert local_sgd.compare_all_reduces({"a": same, "b": far})["verdict"] == "a spent less per all-reduce"
+    assert local_sgd.compare_all_reduces({"b": far, "a": same})["verdict"] == "a spent less per all-reduce"
+    with pytest.raises(ValueError, match="two runs"):
+        local_sgd.compare_all_reduces({"a": same})
 
 
 def test_bad_local_sgd_jobs_fail_before_start():

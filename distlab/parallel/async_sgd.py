@@ -185,3 +185,23 @@ def staleness_counts(server: ServerRecord) -> dict[int, int]:
     for s in server.staleness:
         counts[s] = counts.get(s, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def staleness_split(server: ServerRecord) -> dict[int, dict[str, list[int]]]:
+    """Lesson 04: each worker's staleness, split where the other workers stopped pushing.
+
+    ``{worker: {"shared": [...], "alone": [...]}}``.  "alone" holds the gradients a worker
+    computed on parameters pulled after every other worker had pushed its last gradient:
+    nobody can move the parameters between that pull and the push, so their staleness is 0
+    by construction.  "shared" holds the rest.  Every worker runs the same number of steps,
+    so a fast worker finishes early and a slow one then trains alone: its mean staleness over
+    the whole run mixes a stale part with a fresh one, and this split shows both.
+    """
+    last = {}                                     # the server's version after each worker's last gradient
+    for u in server.updates:
+        last[u.worker] = u.version
+    out = {w: {"shared": [], "alone": []} for w in sorted(last)}
+    for u in server.updates:
+        others = max((v for w, v in last.items() if w != u.worker), default=0)
+        out[u.worker]["alone" if u.version_used >= others else "shared"].append(u.staleness)
+    return out
