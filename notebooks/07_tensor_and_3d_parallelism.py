@@ -135,7 +135,7 @@ print("parallelize_module with ColwiseParallel and RowwiseParallel: the paramete
 # *line* through it is a process group: ranks that differ only in their tensor coordinate share
 # each layer (a tensor group), those that differ only in the pipeline coordinate pass
 # activations (a pipeline), those that differ only in the data coordinate average gradients (a
-# data group). For 8 ranks, 2 x 2 x 2:
+# data group). For 8 ranks, 2 by 2 by 2:
 
 # %%
 grid = mesh.grid(2, 2, 2)
@@ -241,7 +241,7 @@ my_bytes = ...       # bytes per step, batch 64, width 512
 exercises.tensor_parallel_bytes(my_bytes, batch=64, width=512)
 
 # %% [markdown]
-# **2.** In the 2 x 2 x 2 grid above, which rank sits at data replica 1, pipeline stage 1,
+# **2.** In the 2-by-2-by-2 grid above, which rank sits at data replica 1, pipeline stage 1,
 # tensor slice 0?
 
 # %%
