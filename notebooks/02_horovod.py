@@ -3,7 +3,8 @@
 #
 # **Goal:** run lesson 01's training with Horovod instead of torchrun, see what Horovod adds
 # and what stays the same, check that both give the same model number for number, and measure
-# what each costs in time.
+# what each costs in time. Then read the same step written with TensorFlow's distribution
+# strategies, beside both.
 #
 # ## What Horovod is
 #
@@ -11,11 +12,12 @@
 # servers*: some processes held the model, the others sent them gradients. Engineers at Uber
 # found that hard to set up and slow to scale, and wrote **Horovod**: every process runs the
 # *same* script on its own data, and the processes average their gradients among themselves.
-# It added four things that DistributedDataParallel and torchrun later offered too:
-#
+# It added four things that DistributedDataParallel and torchrun later offered too (next cell).
+
+# %% [markdown]
 # | Horovod | what it does | PyTorch's counterpart (lesson 01) |
 # |---|---|---|
-# | **ring all-reduce**, from the first release | each process sends and receives about twice the gradient size, whatever the number of processes (lesson 03 builds one) | gloo's and NCCL's all-reduce |
+# | **ring all-reduce**, from the first release | each process sends and receives 2(N−1)/N times the gradient: once at N = 2, never more than twice, whatever N (lesson 03 builds one) | gloo's and NCCL's all-reduce |
 # | **tensor fusion** | a background thread collects the gradients that are ready, packs them into one buffer and all-reduces it in one go, once per *cycle* (1 ms) | DDP's gradient buckets |
 # | **`hvd.DistributedOptimizer`** | wraps any optimizer: a hook starts each gradient's all-reduce as soon as backward has produced it, `step()` waits for them, then updates | `DistributedDataParallel` |
 # | **`horovodrun`** / **`horovod.run`** | starts the N processes, on one machine or over ssh on many | `torchrun` |
@@ -158,40 +160,127 @@ comparison_widget(all_runs)
 for backend in ("torchrun", "horovod"):
     print(f"start-up {backend:8s} {startup[backend]:5.1f} s (launch call to the first step)")
 for records in all_runs:
-    print(f"{records[0].backend:8s} {records[0].method:7s} {distlab.throughput(records):8.0f} samples/s")
+    print(f"{records[0].backend:8s} {records[0].method:7s} {distlab.throughput(records):8.0f} samples/s "
+          "(every step and the work between steps)")
 
 # %% [markdown]
 # What to look for (your numbers differ from the stored ones, and on a small shared machine
-# they also change from run to run: run the cell twice before you conclude anything):
+# they also change from run to run: run the cells twice before you conclude anything):
 #
+# * **Two throughputs for the same runs.** The widget's table averages the *steps* it is shown
+#   (the slider leaves out the first ten, often slower), taking the slowest rank at each step;
+#   the ranks' steps do not start at the same instant, so those maxima can add up to more than
+#   the run lasted. The cell above divides all the samples by the time from the first step's
+#   start to the last one's end: warm-up included, and the work *between* steps too (recording
+#   gradients, the progress bar). Either can come out higher; a large gap says the steps were
+#   uneven.
+
+# %% [markdown]
 # * **by hand**, both backends send 6 small all-reduces one after the other and wait for each.
 #   On Horovod each one also waits for the background thread's next cycle and for a round of
-#   negotiation in which the ranks agree on what to reduce next;
-# * with **`DistributedOptimizer`**, Horovod receives the 6 gradients while backward runs and
+#   negotiation in which the ranks agree on what to reduce next.
+
+# %% [markdown]
+# * With **`DistributedOptimizer`**, Horovod receives the 6 gradients while backward runs and
 #   fuses those that are ready into one all-reduce: that is what tensor fusion is for. DDP does
-#   the same with its buckets;
-# * Horovod's background thread wakes up every millisecond on every rank to look for work,
-#   and the ranks agree on each batch of work before doing it. On this 2-core machine running
-#   2 ranks, those threads compete with the training for the cores, and steps stall now and
-#   then: the spikes in the right-hand panel;
-# * this model is tiny (a step computes for well under a millisecond), so these fixed costs
-#   dominate. With more computation per step they weigh less, but they do not vanish:
-#   `bench/backends.py` trains a wider model (width 1024, 1024 samples a step, about 45 ms)
-#   on both backends, alternating them; in the runs made while this lesson was written,
-#   Horovod reached between 0.83 and 0.92 of torchrun's throughput (the figure moves from run
-#   to run: measure it on your machine). What is left is the price of overlapping on a CPU whose cores are
-#   all busy computing: the all-reduces Horovod starts during backward, and its background
-#   thread, need the same core as the rank's own computation and wait for their turn. On a GPU
-#   machine the computation runs on the GPU and leaves the CPU to them;
+#   the same with its buckets. So for the wrappers the forward+backward bar also holds
+#   communication, and comparing it across methods compares more than computing.
+
+# %% [markdown]
+# * Horovod's background thread wakes up every cycle on every rank to look for work, and the
+#   ranks agree on each batch of work before doing it. On this 2-core machine running 2 ranks,
+#   those threads compete with the training for the cores, and steps stall now and then: the
+#   spikes in the right-hand panel.
+# * This model is tiny: a step computes little, so these fixed costs dominate (compare the two
+#   columns of the by-hand rows). With more computation per step they weigh less but need not
+#   vanish: `bench/backends.py` trains a wider model on both backends, alternating them, and
+#   prints Horovod's throughput as a fraction of torchrun's, pair by pair. Run it to see
+#   what is left on your machine.
+
+# %% [markdown]
+# * Why something may be left on a CPU: the all-reduces Horovod starts during backward, and its
+#   background thread, need the same cores as the ranks' own computation and wait for their
+#   turn. On a GPU machine the computation runs on the GPU and leaves the CPU to them.
 # * `distlab.launch` gives each CPU rank a core of its own when there are enough
-#   (`bind_cores=True`, the default; see `distlab.processes.cores.bind_to_cores`), except in a container with
-#   a CPU quota such as Binder, whose cores are shared with others. Unbound, one rank's helper
-#   threads wake up on the other rank's core and interrupt it. In one measurement here,
-#   binding took a Horovod step from 53 to 45 ms and a DDP step from 44 to 39 ms;
-# * **start-up** costs several seconds on both when the ranks are fresh: starting Python and
-#   PyTorch in every process and meeting the others (the cell above printed it; the launches
-#   above changed backend, so neither found warm ranks: lesson 00). Horovod adds a driver process and one helper process per rank.
+#   (`bind_cores=True`, the default; see `distlab.processes.cores.bind_to_cores`), except in a
+#   container with a CPU quota such as Binder, whose cores are shared with others. Unbound, one
+#   rank's helper threads wake up on the other rank's core and interrupt it.
+# * **start-up** costs seconds on both when the ranks are fresh: starting Python and PyTorch in
+#   every process and meeting the others (the cell above printed it; the launches above changed
+#   backend, so neither found warm ranks: lesson 00). Horovod adds a driver process and one
+#   helper process per rank.
+
+# %% [markdown]
+# ## The same step with TensorFlow's distribution strategies
 #
+# TensorFlow users meet data parallelism as a **distribution strategy**: model and optimizer are
+# created inside `strategy.scope()`, the strategy mirrors every variable on every replica and
+# all-reduces the gradients. `tf.distribute.MirroredStrategy` does it for the devices of one
+# machine, from one process; `tf.distribute.MultiWorkerMirroredStrategy` for several machines,
+# one process per worker, which finds the others in the `TF_CONFIG` environment variable. The
+# code is to read, not to run: TensorFlow is not installed here. (Names as documented at
+# [tensorflow.org/api_docs/python/tf/distribute](https://www.tensorflow.org/api_docs/python/tf/distribute).)
+#
+# ```python
+# import json, os
+# import tensorflow as tf
+#
+# os.environ["TF_CONFIG"] = json.dumps({      # set by the cluster's job service, on each worker
+#     "cluster": {"worker": ["10.0.0.1:12345", "10.0.0.2:12345"]},   # every worker's address
+#     "task": {"type": "worker", "index": 0}})                       # who I am: worker 1 says 1
+#
+# strategy = tf.distribute.MultiWorkerMirroredStrategy()   # one machine: tf.distribute.MirroredStrategy()
+# global_batch = 32 * strategy.num_replicas_in_sync         # 32 samples per replica, as our ranks
+# with strategy.scope():                                    # variables made here are mirrored
+#     model = tf.keras.Sequential([tf.keras.layers.Dense(64, activation="relu"),
+#                                  tf.keras.layers.Dense(64, activation="relu"),
+#                                  tf.keras.layers.Dense(10)])          # lesson 01's MLP
+#     model.compile(optimizer=tf.keras.optimizers.SGD(0.5),
+#                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+# model.fit(digits.batch(global_batch), epochs=10)  # digits: a tf.data.Dataset of (image, label)
+# ```
+
+# %% [markdown]
+# `model.fit` hides the step. Written out, as our `train` does it by hand, one step is:
+#
+# ```python
+# loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(
+#     from_logits=True, reduction=tf.keras.losses.Reduction.NONE)    # one loss per sample
+# optimizer = model.optimizer
+# batches = strategy.experimental_distribute_dataset(digits.batch(global_batch))  # a share each
+#
+# @tf.function
+# def train_step(x, y):
+#     def step(x, y):                          # runs on every replica, on its own share
+#         with tf.GradientTape() as tape:
+#             per_sample = loss_fn(y, model(x, training=True))
+#             loss = tf.nn.compute_average_loss(per_sample, global_batch_size=global_batch)
+#         grads = tape.gradient(loss, model.trainable_variables)
+#         optimizer.apply_gradients(zip(grads, model.trainable_variables))  # all-reduce, then update
+#     strategy.run(step, args=(x, y))
+#
+# for x, y in batches:
+#     train_step(x, y)
+# ```
+#
+# TensorFlow *sums* the replicas' gradients; dividing each replica's loss by the **global**
+# batch (`compute_average_loss`) makes that sum the average of lesson 01's formula.
+
+# %% [markdown]
+# What maps to what:
+#
+# | idea | PyTorch: torchrun + DDP | Horovod | TensorFlow |
+# |---|---|---|---|
+# | start one process per worker | `torchrun` | `horovodrun`, `horovod.run` | the job service runs the same script on every worker (`MirroredStrategy`: one process, all local GPUs) |
+# | who am I, where are the others | `MASTER_ADDR`, `MASTER_PORT`, `RANK`, `WORLD_SIZE` | set by `horovodrun`; `hvd.rank()` | `TF_CONFIG`: `cluster`, `task.index` |
+# | join the group | `dist.init_process_group` | `hvd.init()` | creating the strategy |
+# | number of workers | `dist.get_world_size()` | `hvd.size()` | `strategy.num_replicas_in_sync` |
+# | same start on every worker | DDP broadcasts rank 0's parameters | `hvd.broadcast_parameters` | variables created in `strategy.scope()` |
+# | each worker's share of the data | `DistributedSampler` (lesson 01) | the same, by `hvd.rank()` | `strategy.experimental_distribute_dataset` |
+# | average the gradients | the `DistributedDataParallel` wrapper (buckets) | `hvd.DistributedOptimizer` (fusion) | `optimizer.apply_gradients` inside `strategy.run` |
+# | the communication library | gloo, NCCL | Gloo, MPI, NCCL | chosen with `communication_options` |
+
+# %% [markdown]
 # ## Exercises
 #
 # **1. Tensor fusion in numbers.** By hand, how many all-reduces does one training step of
@@ -225,8 +314,10 @@ exercises.horovodrun_start(my_command, horovod_backend.horovodrun_command(4, "ru
 # is to Horovod what DDP is to PyTorch. What it changes is how the work is scheduled (a
 # background thread, tensor fusion) and so what each step costs: for a tiny model, its
 # per-cycle overhead dominates; with real computation per step it weighs less but, on a 2-core
-# machine where communication and computation share the same cores, it does not vanish. Next,
-# **03 · Combining gradients** opens the all-reduce itself: parameter server, ring and tree.
+# machine where communication and computation share the same cores, it need not vanish
+# (`bench/backends.py` measures it). TensorFlow's `MultiWorkerMirroredStrategy` is the same
+# idea again: `TF_CONFIG` says who is who, `strategy.scope()` mirrors the model, and
+# `apply_gradients` all-reduces. Next, **03 · Combining gradients** opens the all-reduce itself: parameter server, ring and tree.
 
 # %% [markdown]
 # **Previous:** [01 · Data parallelism](01_data_parallelism.ipynb) · **Next:** [03 · Combining gradients: parameter server vs all-reduce](03_combining_gradients.ipynb) · [The course: map, glossary, solutions](../course/README.md)
