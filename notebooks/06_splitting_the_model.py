@@ -4,7 +4,10 @@
 # **Goal of this lesson.** Lessons 01-05 gave every worker a whole copy of the model. The
 # insurance company's next model is bigger, and one day it will not fit in one worker's
 # memory. Then the *model* has to be split: each worker trains a part of it, and the parts
-# pass activations forward and gradients back. By the end of this lesson you can:
+# pass activations forward and gradients back.
+
+# %% [markdown]
+# By the end of this lesson you can:
 #
 # 1. cut a model into **stages**, one per rank, balanced by the work each does, and train it
 #    on real processes to the same parameters as one process (**naive model parallelism**);
@@ -14,7 +17,8 @@
 #    bubbles, and different numbers of activations held in memory;
 # 4. check that PyTorch's own `torch.distributed.pipelining` gives the same parameters as the
 #    hand-written schedules.
-#
+
+# %% [markdown]
 # Everything runs on real worker processes (gloo between CPU processes here; one GPU a stage
 # where there are GPUs). Timings move from run to run: read them as "about".
 
@@ -96,7 +100,8 @@ show(pictures.timeline_figure(pipeline.timeline(naive, STEPS - 1), "gpipe", 1))
 # **Why half the time is idle.** Stage 1 cannot start before stage 0 has finished its forward
 # pass, and stage 0 cannot go backward before stage 1 has sent the gradient. So at any moment
 # exactly one stage works: with p stages, each is idle (p - 1)/p of the time. The shaded part
-# is that **bubble**. Splitting the model made it *fit*; it did not make it faster.
+# is that **bubble**. Splitting the model made it *fit*; it cannot make a step faster: the same
+# passes still run one after another, and the messages come on top.
 
 # %% [markdown]
 # ## 3. Micro-batches: a pipeline
@@ -155,7 +160,8 @@ print(f"measured above the textbook in {above} of {len(rows)} runs; largest exce
 # The picture for GPipe at m = 8 shows the catch: stage 0 runs all eight forwards before any
 # backward, so it must keep the activations of all eight micro-batches for the backward
 # pass. **1F1B** starts each backward as soon as it can: after a warm-up of p - 1 - s forwards,
-# stage s alternates one forward, one backward. The bubble is the same; the memory is not.
+# stage s alternates one forward, one backward. In an ideal pipeline (equal stages, free
+# messages) the bubble is the same, (p-1)/(m+p-1); the memory is not.
 # Each rank counted, after every pass, how many micro-batches' activations it was holding:
 
 # %%
@@ -169,7 +175,51 @@ for m in (1, 2, 4, 8):
 # %% [markdown]
 # GPipe holds all m on every stage; 1F1B never more than p - s on stage s, whatever m: so
 # 1F1B can use many micro-batches (a small bubble) without running out of memory.
+
+# %% [markdown]
+# **Is the bubble the same on real ranks?** Each run above trained several steps, and each
+# step has its own measured bubble. The next cell compares the two schedules step by step: the
+# median, the middle half of the steps, and a verdict that says "no clear difference" when
+# those ranges overlap. At m = 1 the two schedules are the very same passes in the same order,
+# so whatever gap that row shows is the noise between two runs.
+
+# %% tags=["nbval-ignore-output"]
+for m in (1, 2, 4, 8):
+    got = pictures.compare_bubbles({"gpipe": runs["gpipe", m], "1f1b": runs["1f1b", m]})
+    print(f"m = {m}: " + ", ".join(f"{name} {got[name]['median']:.0%} ({got[name]['low']:.0%} to "
+                                    f"{got[name]['high']:.0%})" for name in ("gpipe", "1f1b"))
+          + f": {got['verdict']}")
+
+# %% [markdown]
+# Where does a stage's idle time go? Each rank also recorded its receives. The next cell splits
+# each stage's step into computing, sitting in a receive (waiting for the other stage's
+# message, then copying it) and the rest (mostly its wait after its last pass), and prints
+# each stage's compute time, so that unequal stages show:
+
+# %% tags=["nbval-ignore-output"]
+for m in (4, 8):
+    for name in ("gpipe", "1f1b"):
+        for s, row in enumerate(pictures.idle_breakdown(runs[name, m])):
+            print(f"{name:>6}, m = {m}, stage {s}: computes {row['compute']:4.0%} of the step, "
+                  f"in a receive {row['recv']:4.0%}, the rest {row['other']:4.0%}; "
+                  f"compute {row['busy_s'] * 1e3:5.1f} ms")
+
+# %% [markdown]
+# **Reading it.** The textbook's equal bubbles assume equal, undisturbed passes and free
+# messages; real ranks break all three, and differently for the two schedules:
 #
+# - **receives**: a stage idles inside a receive until the other stage's message arrives.
+#   GPipe sends its m activations in a burst, then waits for m gradients; 1F1B interleaves
+#   them, so the waits fall elsewhere and pay each message's cost at other moments;
+# - **the rest**: mostly a stage's wait after its last pass, the drain;
+# - **unequal or stretched passes**: the slower stage sets the pace. On a shared machine a pass
+#   that loses its core counts as compute, so the same stage's compute time can differ between
+#   two runs; compare it across the lines.
+#
+# So a gap between GPipe and 1F1B is real only where the verdict says so, and then it comes
+# from these causes, not from the ideal bubble.
+
+# %% [markdown]
 # **Interleaved 1F1B** goes one step further: each rank holds v smaller chunks of the model
 # (rank 0 has chunks 0 and 2, rank 1 chunks 1 and 3), so a micro-batch passes every rank v
 # times, the pipe fills v times sooner and the bubble shrinks to (p-1)/(v m + p-1), at the
@@ -226,12 +276,14 @@ print(f"sent per step: {sent[0] / 1e3:.0f} kB of activations by stage 0, {sent[1
 # So a pipeline **pays in memory**: each rank holds only its stage's parameters (and, with
 # 1F1B, a bounded number of activations). It **costs in time**: the bubble, and messages on the
 # critical path, which grow with the batch rather than with the model. For a model that fits
-# on one worker, as every model in this course does, data parallelism is simpler and idles
-# less. A pipeline becomes worth it when the model (with its optimizer state, lesson on memory)
-# no longer fits, and then with many micro-batches and a schedule such as 1F1B that keeps the
-# activations bounded. `bench/model_parallel.py` measures a 2-stage pipeline's speed against
+# on one worker, as every model in this course does, data parallelism is simpler and, in
+# theory, idles less: it has no bubble, only the wait at the all-reduce (lesson 04); this
+# lesson does not race the two. A pipeline becomes worth it when the model (with its optimizer
+# state, lesson 08) no longer fits, and then with many micro-batches and a schedule such as
+# 1F1B that keeps the activations bounded. `bench/model_parallel.py` measures a 2-stage pipeline's speed against
 # one process on a model big enough for the work to hide the messages.
-#
+
+# %% [markdown]
 # ## Exercises
 #
 # **1.** A pipeline of 4 equal stages runs 8 micro-batches per step with 1F1B. What fraction
@@ -270,7 +322,7 @@ exercises.activation_bytes(my_bytes, batch=256, width=512, micro_batches=8)
 # | data parallelism (lessons 01-05) | the whole model | waits at the all-reduce | every gradient |
 # | naive split, p stages | 1/p of the model | (p-1)/p | activations and their gradients |
 # | GPipe, m micro-batches | 1/p of the model, m micro-batches' activations | (p-1)/(m+p-1) plus messages | the same, in m pieces |
-# | 1F1B | 1/p of the model, at most p - s micro-batches | the same as GPipe | the same |
+# | 1F1B | 1/p of the model, at most p - s micro-batches | as GPipe in theory (measured: section 4) | the same |
 # | interleaved 1F1B, v chunks | 1/p of the model | (p-1)/(v m+p-1) plus v times the messages | v times as much |
 #
 # Next lesson: split each *layer* instead (tensor parallelism), and combine the three ways of

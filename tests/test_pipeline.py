@@ -225,6 +225,52 @@ def test_the_pipeline_pictures_are_drawn_from_the_runs(runs):
     assert explorer.png().startswith(b"\x89PNG")
 
 
+def test_the_idle_time_of_a_real_step_is_split_into_its_causes(runs):
+    """Lesson 06: compute + recv + other is each stage's whole step, and compute is the bubble's complement."""
+    from distlab.widgets import pipeline as P
+
+    for name in ("gpipe", "1f1b"):
+        records = runs[2][name]
+        rows = P.idle_breakdown(records, skip=STEPS - 1)             # the last step only: no medians mixed
+        assert [r["compute"] + r["recv"] + r["other"] for r in rows] == pytest.approx([1.0, 1.0])
+        bubble = schedules.bubble(pipeline.timeline(records, STEPS - 1))
+        assert 1 - sum(r["compute"] for r in rows) / 2 == pytest.approx(bubble)
+        assert all(r["recv"] > 0 and r["busy_s"] > 0 for r in rows)   # both stages receive, both compute
+    got = P.compare_bubbles({"gpipe": runs[2]["gpipe"], "1f1b": runs[2]["1f1b"]})
+    assert got["verdict"] in ("no clear difference", "gpipe idles less", "1f1b idles less")
+    assert all(got[n]["low"] <= got[n]["median"] <= got[n]["high"] for n in ("gpipe", "1f1b"))
+
+
+class _Stage:
+    """A stage's record with a made-up timeline: stage 0 busy all step, stage 1 for ``busy[step]``."""
+
+    def __init__(self, rank, busy):
+        self.rank, self.config, self.steps = rank, {"stage": rank}, list(range(len(busy)))
+        self.events = [dict(step=i, kind="F", micro=0, chunk=0, start=10.0 * i,
+                            end=10.0 * i + (1.0 if rank == 0 else b), held=1) for i, b in enumerate(busy)]
+
+
+def _run(busy):
+    return [_Stage(0, [1.0] * len(busy)), _Stage(1, busy)]
+
+
+def test_compare_bubbles_reports_a_tie_as_a_tie_and_a_gap_as_a_gap():
+    from distlab.widgets import pipeline as P
+
+    steady = [0.6, 0.5, 0.6, 0.7, 0.6, 0.5, 0.7]             # bubbles (1 - b) / 2: 0.15 to 0.25
+    assert P.compare_bubbles({"a": _run(steady), "b": _run(steady[::-1])}, skip=0)["verdict"] == \
+        "no clear difference"
+    overlapping = [0.55, 0.65, 0.6, 0.7, 0.5, 0.65, 0.6]
+    assert P.compare_bubbles({"a": _run(steady), "b": _run(overlapping)}, skip=0)["verdict"] == \
+        "no clear difference"
+    busier = [0.9, 0.95, 0.9, 0.85, 0.9, 0.95, 0.9]          # bubbles about 0.05: b idles less
+    got = P.compare_bubbles({"a": _run(steady), "b": _run(busier)}, skip=0)
+    assert got["verdict"] == "b idles less" and got["b"]["median"] == pytest.approx(0.05)
+    assert P.compare_bubbles({"x": _run(busier), "y": _run(steady)}, skip=0)["verdict"] == "x idles less"
+    with pytest.raises(ValueError, match="two runs"):
+        P.compare_bubbles({"a": _run(steady), "b": _run(steady), "c": _run(steady)})
+
+
 def test_the_compute_ceiling_runs_ranks_that_never_talk():
     """distlab.measure.ceiling: 1 rank, then 2 at once, multiplying matrices; a ratio comes back.
     (How large it is depends on the machine: a speed, never asserted.)"""

@@ -130,3 +130,61 @@ def pipeline_explorer(runs: dict, step: int = -1) -> LiveFigure:
         return text + (f", measured {schedules.bubble(got):.0%}" if got else " (not run)")
 
     return LiveFigure([schedule, micro], draw, describe)
+
+
+# -------------------------------------------------------------------------------------------
+# comparing schedules: the spread over steps, and where the idle time went
+# -------------------------------------------------------------------------------------------
+def step_bubbles(records, skip: int = 2) -> list[float]:
+    """Lesson 06: the measured bubble of every step after the first ``skip``.  One number per
+    step, so that two schedules can be compared with their spread, not by one median each."""
+    steps = range(min(skip, len(records[0].steps) - 1), len(records[0].steps))
+    return [schedules.bubble(schedules.timeline(records, s)) for s in steps]
+
+
+def compare_bubbles(runs: dict, skip: int = 2) -> dict:
+    """Lesson 06: the bubbles of two runs, ``{name: records}``, step by step, with a verdict.
+
+    Returns, per name, the median bubble and the interquartile range of its steps (``low`` to
+    ``high``: the middle half), and ``verdict``: "no clear difference" when the two ranges
+    overlap, else "<name> idles less".  In theory GPipe and 1F1B have the same bubble; a
+    measurement shows a gap only where the spread of the steps does not cover it.
+    """
+    if len(runs) != 2:
+        raise ValueError(f"compare_bubbles compares two runs, got {len(runs)}: {sorted(runs)}")
+    out = {}
+    for name, records in runs.items():
+        q1, med, q3 = statistics.quantiles(step_bubbles(records, skip), n=4, method="inclusive")
+        out[name] = dict(median=med, low=q1, high=q3)
+    (a, x), (b, y) = out.items()
+    out["verdict"] = ("no clear difference" if x["low"] <= y["high"] and y["low"] <= x["high"]
+                      else f"{a if x['high'] < y['low'] else b} idles less")
+    return out
+
+
+def idle_breakdown(records, skip: int = 2) -> list[dict]:
+    """Lesson 06: where each stage's time went in a step, median over the steps after ``skip``.
+
+    Per stage, as fractions of the step's span (first pass start to last pass end, as in
+    ``schedules.bubble``): ``compute`` (its forwards and backwards), ``recv`` (inside a receive:
+    waiting for the other stage's message and copying it) and ``other`` (the rest: mostly the
+    wait after the stage's last pass of the step, the drain, where it waits for its sends to be
+    received; also posting sends and the Python between passes); plus ``busy_s``, the stage's compute seconds, so that
+    unequal stages show.  The textbook bubble counts none of ``recv``'s or ``other``'s causes.
+    """
+    n = len(records[0].steps)
+    rows = [dict(compute=[], recv=[], other=[], busy_s=[]) for _ in records]
+    order = sorted(range(len(records)), key=lambda i: records[i].config.get("stage", records[i].rank))
+    for step in range(min(skip, n - 1), n):
+        line = schedules.timeline(records, step)
+        t0 = min(t["start"] for row in line for t in row)
+        t1 = max(t["end"] for row in line for t in row)
+        for s, i in enumerate(order):
+            busy = sum(t["end"] - t["start"] for t in line[s])
+            recv = sum(max(0.0, min(e["end"], t1) - max(e["start"], t0))
+                       for e in records[i].events if e["step"] == step and e["kind"] == "recv")
+            rows[s]["compute"].append(busy / (t1 - t0))
+            rows[s]["recv"].append(recv / (t1 - t0))
+            rows[s]["other"].append(1 - (busy + recv) / (t1 - t0))
+            rows[s]["busy_s"].append(busy)
+    return [{k: statistics.median(v) for k, v in row.items()} for row in rows]
