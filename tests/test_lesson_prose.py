@@ -65,6 +65,7 @@ def test_the_old_lesson_02_cell_as_git_stored_it_is_caught():
     ("a Horovod step went from 53 to 45 ms", ["53 to 45 ms"]),
     ("the link gave 0.37 of lesson 03's bandwidth", ["0.37 of"]),
     ("it used 1,250 MB", ["1,250 MB"]),
+    ("one rank trained 2,400 samples/s, a step took 40 milliseconds", ["2,400 samples/s", "40 milliseconds"]),
 ])
 def test_measured_quantities_are_found(typed, expected):
     found = hits(typed)

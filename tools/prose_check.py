@@ -28,7 +28,8 @@ MAX_WORDS = 150
 NUMBER = r"\d+(?:[.,]\d+)*"
 # what may join the two ends of a range: "53 to 45 ms", "0.83 and 0.92", "2-3 s", "1.2 or 1.4x"
 JOIN = r"\s*(?:to|and|or|-|–|—|/)\s*"
-UNIT = (r"(?:ms|µs|us|ns|s|sec|secs|seconds?|minutes?|mins?"
+UNIT = (r"(?:ms|µs|us|ns|s|sec|secs|seconds?|milliseconds?|microseconds?|minutes?|mins?"
+        r"|samples/s|steps/s|samples per second|[GMT]?FLOP/s"
         r"|[GMkK]i?B/s|[GMk]b/s|[GMkK]i?B|bytes/s|%|percent|times"
         # "1.04x" is a ratio; "2 x 4 ranks", "4 x P", "2 x (d + 1)" are products, arithmetic in the text
         r"|[x×](?!\s*(?:\d|\(|[A-Za-zα-ωΨ](?![A-Za-z]))))")
