@@ -42,6 +42,7 @@ notebooks: setup-test
 	  $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; done
 	$(PY) -m jupytext --sync $(LESSONS)
+	$(PY) tools/course_time.py >/dev/null   # course/README.md: reading and run times from these runs
 
 nbval: setup-test
 	$(PY) -m pytest $(LESSONS) $(NBVAL) -v
