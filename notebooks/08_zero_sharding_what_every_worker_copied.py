@@ -5,8 +5,10 @@
 # gradients and its optimizer's state. Adding ranks adds speed, never room: a model that does
 # not fit one worker does not fit N of them either. The insurance company's question "when do
 # we need more than data parallelism?" is a question about memory. DeepSpeed's **Zero
-# Redundancy Optimizer (ZeRO)** answers it by keeping one shard of each copy per rank. By the
-# end of this lesson you can:
+# Redundancy Optimizer (ZeRO)** answers it by keeping one shard of each copy per rank.
+
+# %% [markdown]
+# By the end of this lesson you can:
 #
 # 1. **predict** the bytes each rank holds for parameters, gradients and optimizer state, for
 #    plain data parallelism and ZeRO stages 1, 2 and 3, in fp32 or mixed precision;
@@ -48,7 +50,8 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 #
 # So Adam in mixed precision keeps 2 + 2 + 12 = 16 bytes per parameter, and so does Adam in
 # fp32 (4 + 4 + 8). Activations come on top and depend on the batch, not on Ψ.
-#
+
+# %% [markdown]
 # ZeRO's three stages shard, over the N data-parallel ranks, more and more of that:
 # stage 1 the optimizer state, stage 2 also the gradients, stage 3 also the parameters.
 #
@@ -71,6 +74,25 @@ for stage in memory_model.STAGES:
 paper = memory_model.zero_paper_example()
 print("per rank, GB:", {stage: round(gb, 1) for stage, gb in paper.items()})
 assert [round(paper[s], 1) for s in memory_model.STAGES] == [120.0, 31.4, 16.6, 1.9]
+
+# %% [markdown]
+# How much does each stage give back? Stage 1 divides the K bytes of optimizer state by N,
+# stage 2 also the gradient's bytes, so the share saved grows with N and with the part of the
+# bytes per parameter that is optimizer state. In fp32, Adam's K = 8 is half of 16 bytes; in
+# mixed precision K = 12 (two moments and the master copy) is three quarters. **Predict**, then
+# read the fractions saved: at our N = 2 in fp32, and at the paper's N = 64 in mixed precision.
+
+# %%
+def saved(n, precision, stage):
+    """The fraction of plain data parallelism's bytes per rank that ZeRO's ``stage`` gives back."""
+    plain = memory_model.per_rank(params, n, stage=0, optimizer="adam", precision=precision).total
+    return 1 - memory_model.per_rank(params, n, stage=stage, optimizer="adam", precision=precision).total / plain
+
+
+for n, precision in ((2, "fp32"), (64, "mixed")):
+    print(f"N = {n:2d}, {precision:5s}: ZeRO-1 saves {saved(n, precision, 1):5.1%}, "
+          f"ZeRO-2 {saved(n, precision, 2):5.1%}, ZeRO-3 {saved(n, precision, 3):5.1%} of each rank's bytes")
+assert saved(2, "fp32", 2) < 0.5 < saved(64, "mixed", 1)     # "most of the memory" only in the second case
 
 # %% [markdown]
 # Try it with any model: choose a size (or a model by name), the ranks, the optimizer, the
@@ -168,7 +190,9 @@ print(f"overlapped stage 2: parameters within 1e-6 of the naive one, the same by
 # An all-reduce *is* a reduce-scatter followed by an all-gather (lesson 03's ring does exactly
 # that). Stages 1 and 2 do the same two halves, only with the optimizer step in between: they
 # send **the same bytes** as plain data parallelism. Stage 3 must gather the parameters again for
-# the backward pass, since it dropped them after the forward: 1.5 times the bytes.
+# the backward pass, since it dropped them after the forward: half as many bytes again. With a
+# ring each rank sends (N-1)/N Ψ per reduce-scatter or all-gather: 2(N-1)/N Ψ numbers for
+# stages 0 to 2, 3(N-1)/N Ψ for stage 3 (at N = 2, the 0.5 Ψ pieces below).
 
 # %%
 for stage in memory_model.STAGES:
@@ -180,7 +204,7 @@ for stage in memory_model.STAGES:
 # %% [markdown]
 # ## 4. Growing the model until plain data parallelism no longer fits
 #
-# Suppose each rank may hold at most 50 MB of training state (think of it as a small GPU).
+# Suppose each rank may hold at most `BUDGET`, 50 million bytes of training state (think of it as a small GPU).
 # **Predict:** which is the widest MLP (among widths 512 to 4096) that plain data parallelism can
 # train on 2 ranks with Adam in fp32, and which widths does ZeRO-3 still hold?
 
@@ -195,7 +219,8 @@ for width in (512, 1024, 2048, 4096):
 
 # %% [markdown]
 # At width 2048, plain data parallelism needs more than the budget on every rank, while ZeRO-3
-# needs half of it. Run both for real (two steps are enough to hold everything) and count:
+# needs half of what plain data parallelism needs (each of the N = 2 ranks keeps 1/N of
+# everything), which is within the budget. Run both for real (two steps are enough to hold everything) and count:
 
 # %% tags=["nbval-ignore-output"]
 big = distlab.launch(fsdp.every_stage, world_size=2, steps=2, progress="none", **dict(SETUP, width=2048))
@@ -222,7 +247,7 @@ print(f"activations: {counted / 1e3:.1f} kB counted, {memory_model.mlp_activatio
 assert abs(counted / memory_model.mlp_activation_bytes(32, 2048) - 1) < 0.01
 
 # %% [markdown]
-# Small here next to 35 MB of training state; in a large language model, with long sequences
+# Small here next to the training state counted above; in a large language model, with long sequences
 # and big batches, activations can outweigh everything else. They shrink with a smaller
 # micro-batch (lesson 06's pipelines), with tensor parallelism (lesson 07: each rank keeps its
 # slice of the split layers' activations) or by recomputing them in backward.
@@ -242,12 +267,16 @@ for pipe, tens in ((1, 1), (2, 1), (1, 2), (2, 2)):
 # ## 5. The same job as a DeepSpeed config
 #
 # DeepSpeed, where ZeRO comes from, is driven by a config file: batch sizes, precision, ZeRO
-# stage and its buckets (and optionally the optimizer; we hand DeepSpeed the same PyTorch Adam
-# as every other run, so that all of them compute the same update). `deepspeed_zero.config`
-# writes it from the settings we used:
+# stage and its buckets, the optimizer. `deepspeed_zero.config` writes it from the settings we
+# used (`SETUP`: Adam), and `deepspeed_zero.train` hands exactly this dict to
+# `deepspeed.initialize`, which builds the optimizer from it. Two entries undo DeepSpeed
+# defaults that would change the update: `"adam_w_mode": false` (DeepSpeed's "Adam" is
+# otherwise AdamW, with decoupled weight decay) and `"gradient_clipping": 0.0` (by default
+# DeepSpeed scales the gradients down whenever their norm exceeds 1.0; none of our runs clips).
 
 # %%
-ds_config = deepspeed_zero.config(2, stage=2, optimizer="adam", global_batch_size=SETUP["global_batch_size"])
+ds_config = deepspeed_zero.config(2, stage=2, optimizer=SETUP["optimizer"], lr=SETUP["lr"],
+                                  global_batch_size=SETUP["global_batch_size"])
 print(json.dumps(ds_config, indent=2))
 
 # %% tags=["nbval-ignore-output"]
@@ -255,25 +284,51 @@ print(deepspeed_zero.status())   # whether DeepSpeed itself runs on this machine
 
 # %% [markdown]
 # Where it runs (on a CPU machine its CPU accelerator uses gloo, as our ranks do), the same job
-# at each ZeRO stage with DeepSpeed's engine, against our plain data parallelism, both with SGD
-# and momentum. (With Adam, DeepSpeed's parameters equal ours for 3 steps of this model, then its
-# 4th update differs by about 2% of the learning rate, at every stage, stage 0 included: an
-# open question, which is why this comparison uses momentum.) One more difference to look for in the
-# counts: DeepSpeed's stages 1 and 2 keep an fp32 copy of each rank's shard for the update even
-# when training in fp32, and it frees the gradients after each step.
+# at each ZeRO stage with DeepSpeed's engine, against our plain data parallelism (stage 0 of
+# section 2), both with Adam. Each run keeps the config it ran; the cell checks that it is the
+# one printed above, with the run's own stage in `zero_optimization`. One more difference to
+# look for in the counts: DeepSpeed's stages 1 and 2 keep an fp32 copy of each rank's shard for
+# the update even when training in fp32, and it frees the gradients after each step.
+
+# %% tags=["nbval-ignore-output"]
+ours = [r[0] for r in runs]                    # section 2's plain data parallelism, Adam
+if deepspeed_zero.available() is None:
+    for stage in memory_model.STAGES:
+        theirs = distlab.launch(deepspeed_zero.train, world_size=2, stage=stage, steps=STEPS, progress="none",
+                                **SETUP)
+        assert theirs[0].config["deepspeed"] == deepspeed_zero.config(
+            2, stage=stage, optimizer=SETUP["optimizer"], lr=SETUP["lr"], global_batch_size=SETUP["global_batch_size"])
+        assert stage != 2 or theirs[0].config["deepspeed"] == ds_config
+        gap = max(distlab.max_param_difference(t.params, o.params) for t, o in zip(theirs, ours))
+        assert gap <= 1e-6
+        print(f"DeepSpeed stage {stage}: ran the config above; parameters within {gap:.0e} of ours; "
+              f"rank 0 holds {theirs[0].memory}")
+else:
+    print("DeepSpeed does not run here:", deepspeed_zero.available())
+
+# %% [markdown]
+# **Predict.** What if we had left DeepSpeed's default `gradient_clipping` of 1.0? While the
+# gradients' global norm stays below 1.0 nothing changes; once a step's norm exceeds it, that
+# gradient is scaled down. Adam divides each update by the running size of the gradients, so
+# the first scaled gradient changes its update by only a fraction of the learning rate: small
+# enough to look like rounding, and why an earlier version of this lesson left that gap as "an
+# open question". After it the two runs compute different gradients, and the gap grows. The
+# same job at stage 0, clipped:
 
 # %% tags=["nbval-ignore-output"]
 if deepspeed_zero.available() is None:
-    settings = dict(SETUP, optimizer="momentum")
-    ours = distlab.launch(zero.train, world_size=2, stage=0, steps=STEPS, progress="none", **settings)
-    for stage in memory_model.STAGES:
-        theirs = distlab.launch(deepspeed_zero.train, world_size=2, stage=stage, steps=STEPS, progress="none",
-                                **settings)
-        gap = max(distlab.max_param_difference(t.params, o.params) for t, o in zip(theirs, ours))
-        assert gap <= 1e-6
-        print(f"DeepSpeed stage {stage}: parameters within {gap:.0e} of ours; rank 0 holds {theirs[0].memory}")
-else:
-    print("DeepSpeed does not run here:", deepspeed_zero.available())
+    clipped = distlab.launch(deepspeed_zero.train, world_size=2, stage=0, steps=STEPS, progress="none",
+                             gradient_clipping=1.0, **SETUP)
+    same = next((i for i, (a, b) in enumerate(zip(clipped[0].losses, ours[0].losses)) if a != b), STEPS)
+    assert 1 <= same < STEPS                   # update number `same` is the first one clipped
+    first = {name: distlab.launch(fn, world_size=2, stage=0, steps=same, progress="none", **kw, **SETUP)
+             for name, fn, kw in (("ours", zero.train, {}), ("clipped", deepspeed_zero.train, {"gradient_clipping": 1.0}))}
+    gap_first = max(distlab.max_param_difference(t.params, o.params) for t, o in zip(first["clipped"], first["ours"]))
+    gap = max(distlab.max_param_difference(t.params, o.params) for t, o in zip(clipped, ours))
+    assert 0 < gap_first < 0.1 * SETUP["lr"] < gap
+    print(f"clipped at norm 1.0: the first {same} losses equal ours, so update {same} is the first clipped one; "
+          f"right after it the parameters differ by up to {gap_first / SETUP['lr']:.1%} of the learning rate, "
+          f"after {STEPS} updates by up to {gap / SETUP['lr']:.0%}")
 
 # %% [markdown]
 # ## Exercises
@@ -308,17 +363,22 @@ exercises.zero3_traffic_ratio(my_ratio)
 # %% [markdown]
 # ## What we measured
 #
-# | stage | each rank holds (Ψ parameters, N ranks, K bytes of optimizer state) | sends per step |
+# | stage | each rank holds (Ψ parameters, N ranks, K bytes of optimizer state) | sends per step (ring) |
 # |---|---|---|
-# | 0: plain data parallelism | (4 + 4 + K) Ψ in fp32 | 2 Ψ (all-reduce) |
-# | 1: optimizer state sharded | (4 + 4) Ψ + K Ψ / N | 2 Ψ (reduce-scatter + all-gather) |
-# | 2: and gradients | 4 Ψ + (4 + K) Ψ / N | 2 Ψ |
-# | 3: and parameters (FSDP) | (4 + 4 + K) Ψ / N, plus one layer gathered at a time | 3 Ψ |
+# | 0: plain data parallelism | (4 + 4 + K) Ψ in fp32 | 2(N-1)/N Ψ (all-reduce) |
+# | 1: optimizer state sharded | (4 + 4) Ψ + K Ψ / N | 2(N-1)/N Ψ (reduce-scatter + all-gather) |
+# | 2: and gradients | 4 Ψ + (4 + K) Ψ / N | 2(N-1)/N Ψ |
+# | 3: and parameters (FSDP) | (4 + 4 + K) Ψ / N, plus one layer gathered at a time | 3(N-1)/N Ψ |
 #
+# (The ZeRO paper rounds the last column to 2 Ψ and 3 Ψ, its value for large N.)
+
+# %% [markdown]
 # For the insurance company: while the model, its gradients and Adam's state fit on one worker,
-# data parallelism is the simplest choice. When they no longer fit, ZeRO-1 and ZeRO-2 give
-# back most of the memory for no extra traffic; ZeRO-3 gives back the rest for 1.5 times the
-# traffic, and the model parallelism of lessons 06 and 07 divides what is left.
+# data parallelism is the simplest choice. When they no longer fit, ZeRO-1 and ZeRO-2 give back
+# most of the memory for no extra traffic only with many ranks and mixed precision, where the
+# optimizer state is most of the bytes (section 1 printed both cases); at our N = 2 in fp32 they
+# give back a quarter and three eighths. ZeRO-3 gives back the rest for half as much traffic
+# again, and the model parallelism of lessons 06 and 07 divides what is left.
 
 # %% [markdown]
 # **Previous:** [07 · Tensor and 3D parallelism](07_tensor_and_3d_parallelism.ipynb) · **Next:** [09 · From laptop to cluster](09_from_laptop_to_cluster.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -1,7 +1,9 @@
 """Lesson 08: DeepSpeed's ZeRO, stages 0 to 3, on real CPU ranks over gloo (its CPU accelerator).
 
 Its config is written from the same settings as the hand-written ZeRO and FSDP2 and parsed by
-DeepSpeed's own parser; its training must give plain data parallelism's parameters; each rank
+DeepSpeed's own parser, and it is what DeepSpeed runs; its training (Adam, as the lesson) must
+give plain data parallelism's parameters, which it does only with DeepSpeed's default gradient
+clipping turned off (on, it departs from the 4th step of this model on); each rank
 must hold what the memory model predicts, with one difference the model is told about:
 DeepSpeed's ZeRO-1 and 2 keep an fp32 copy of the rank's shard even when training in fp32.
 """
@@ -16,9 +18,10 @@ from distlab.parallel import deepspeed_zero as D
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
 pytestmark = pytest.mark.usefixtures("warm_ranks")
 
-STEPS, LR, BATCH, WIDTH = 6, 0.01, 48, 64
-# momentum: DeepSpeed then gives our parameters bit for bit (with Adam, see deepspeed_zero.config)
-SETTINGS = dict(width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR, optimizer="momentum")
+STEPS, LR, BATCH, WIDTH = 6, 0.01, 64, 256
+# Adam at width 256: with DeepSpeed's default clipping (1.0) its 4th update differed from ours
+SETTINGS = dict(width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR, optimizer="adam")
+MOMENTUM = dict(SETTINGS, optimizer="momentum")
 
 
 def test_deepspeed_is_installed_here():
@@ -29,6 +32,9 @@ def test_deepspeed_is_installed_here():
 def runs():
     cases = {("plain", 0): ("zero", dict(SETTINGS, stage=0))}
     cases.update({("deepspeed", s): ("deepspeed_zero", dict(SETTINGS, stage=s)) for s in range(4)})
+    cases[("plain momentum", 0)] = ("zero", dict(MOMENTUM, stage=0))
+    cases[("deepspeed momentum", 1)] = ("deepspeed_zero", dict(MOMENTUM, stage=1))
+    cases[("deepspeed clipped", 0)] = ("deepspeed_zero", dict(SETTINGS, stage=0, gradient_clipping=1.0))
     out = distlab.launch(workers.trainings, world_size=2, cases=cases, progress="none", timeout=300)
     return {key: [rank[key] for rank in out] for key in cases}
 
@@ -39,6 +45,22 @@ def test_config_parsed_by_deepspeed(stage):
     parsed = D.validate(cfg, world_size=4)
     assert parsed.zero_optimization_stage == stage
     assert parsed.train_micro_batch_size_per_gpu == 16
+
+
+def test_config_names_our_optimizer_and_turns_clipping_off():
+    """DeepSpeed's defaults would change the update: gradients clipped to norm 1.0, and its "Adam"
+    being AdamW.  The config says otherwise, and DeepSpeed's parser reads it so."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    assert DeepSpeedConfig({"train_batch_size": 1}).gradient_clipping == 1.0     # the default we turn off
+    parsed = D.validate(D.config(2, stage=2, lr=0.003, global_batch_size=64), world_size=2)
+    assert parsed.gradient_clipping == 0.0
+    assert parsed.optimizer_name == "adam"
+    assert parsed.optimizer_params == {"lr": 0.003, "torch_adam": True, "adam_w_mode": False}
+    momentum = D.validate(D.config(2, stage=1, optimizer="momentum", lr=0.1, global_batch_size=64), world_size=2)
+    assert (momentum.optimizer_name, momentum.optimizer_params) == ("SGD", {"lr": 0.1, "momentum": 0.9})
+    with pytest.raises(ValueError, match="gradient_clipping"):
+        D.config(2, stage=1, global_batch_size=64, gradient_clipping=-1)
 
 
 def test_bad_configs_fail_with_a_message():
@@ -55,14 +77,28 @@ def test_bad_configs_fail_with_a_message():
 @pytest.mark.parametrize("stage", range(4))
 def test_deepspeed_trains_like_plain_data_parallelism(runs, stage):
     for record, plain in zip(runs["deepspeed", stage], runs["plain", 0]):
+        assert record.config["deepspeed"] == D.config(2, stage=stage, global_batch_size=BATCH, lr=LR)  # what ran
         assert distlab.max_param_difference(record.params, plain.params) <= 1e-6
         assert record.losses == pytest.approx(plain.losses, abs=1e-5)
+
+
+def test_deepspeed_momentum_is_torch_sgd_by_name(runs):
+    for record, plain in zip(runs["deepspeed momentum", 1], runs["plain momentum", 0]):
+        assert distlab.max_param_difference(record.params, plain.params) <= 1e-6
+
+
+def test_deepspeed_default_clipping_changes_adam_from_the_fourth_step(runs):
+    """The cause of the old 2% difference: clipping at norm 1.0 leaves the first 3 updates alone
+    (their gradients' norm is below 1), then scales the 4th gradient down."""
+    for record, plain in zip(runs["deepspeed clipped", 0], runs["plain", 0]):
+        assert record.losses[:4] == pytest.approx(plain.losses[:4], abs=1e-6)   # losses before update 4
+        assert distlab.max_param_difference(record.params, plain.params) > 1e-4
 
 
 @pytest.mark.parametrize("stage", range(4))
 def test_deepspeed_holds_what_the_model_predicts(runs, stage):
     psi = count_parameters(build_model("mlp", WIDTH))
-    predicted = M.per_rank(psi, 2, stage=stage, optimizer="momentum", precision="fp32", master_copy=stage in (1, 2))
+    predicted = M.per_rank(psi, 2, stage=stage, optimizer="adam", precision="fp32", master_copy=stage in (1, 2))
     for record in runs["deepspeed", stage]:
         assert record.memory["params"] == pytest.approx(predicted.params, rel=0.10)
         assert record.memory["optimizer"] == pytest.approx(predicted.optimizer, rel=0.10)

@@ -14,7 +14,7 @@ from distlab.parallel import zero
 # %% [markdown]
 # **1. Bytes per rank at stage 2, 10 million parameters, 4 ranks, Adam in fp32.** The parameters
 # stay whole (4 bytes each); gradients (4 bytes) and Adam's two moments (8 bytes) are sharded
-# four ways: 4 x 10^7 + (4 + 8) x 10^7 / 4 = 40 + 30 = 70 million bytes.
+# four ways: 4 × 10^7 + (4 + 8) × 10^7 / 4 = 40 + 30 = 70 million bytes.
 
 # %%
 my_bytes = 4 * 10_000_000 + (4 + 8) * 10_000_000 // 4
@@ -34,7 +34,7 @@ assert abs(counted / (4 * n + 12 * n / 4) - 1) < 0.01
 print(f"{n:,} parameters: rank 0 holds {counted:,} bytes; 4 n + 12 n / 4 = {4 * n + 12 * n / 4:,.0f}")
 
 # %% [markdown]
-# **2. The lowest stage that fits, 7 billion parameters, Adam in mixed precision, 8 x 80 GB.**
+# **2. The lowest stage that fits, 7 billion parameters, Adam in mixed precision, 8 × 80 GB.**
 # Stage 0 needs 16 bytes x 7e9 = 112 GB: too much. Stage 1 keeps parameters and gradients whole
 # (2 + 2 bytes, 28 GB) and shards the 12 bytes of optimizer state eight ways (10.5 GB): 38.5 GB,
 # which fits. So stage 1, which costs no more communication than plain data parallelism.
@@ -48,9 +48,10 @@ assert exercises.smallest_stage_that_fits(my_stage, params=7e9, world_size=8, bu
 
 # %% [markdown]
 # **3. ZeRO-3's traffic over plain data parallelism's.** Plain data parallelism all-reduces the
-# gradients: a reduce-scatter (Ψ) and an all-gather (Ψ). ZeRO-3 reduce-scatters the gradients
-# (Ψ) and all-gathers the parameters twice, for the forward and for the backward pass (2 Ψ):
-# 3 Ψ / 2 Ψ = 1.5.
+# gradients: a reduce-scatter and an all-gather, in which each of N ranks sends (N-1)/N Ψ
+# numbers (with a ring), 2(N-1)/N Ψ in all. ZeRO-3 reduce-scatters the gradients once and
+# all-gathers the parameters twice, for the forward and for the backward pass: 3(N-1)/N Ψ.
+# The ratio is 3/2 = 1.5 whatever N (the ZeRO paper's 3 Ψ over 2 Ψ, for large N).
 
 # %%
 my_ratio = 3 / 2

@@ -2,11 +2,11 @@
 
 Introduced in lesson 08 (``notebooks/08_zero_sharding_what_every_worker_copied.ipynb``).
 
-DeepSpeed is where ZeRO comes from.  A DeepSpeed job is a model, an optimizer and a *config*:
-a JSON document that says the batch sizes, the precision and the ZeRO stage (and can name
-an optimizer: ours is handed over directly, see ``config``).
-``config`` writes it from the settings the hand-written ZeRO (``zero.py``) and FSDP2
-(``fsdp.py``) take, so the three can be compared on the same job; ``validate`` parses it with
+DeepSpeed is where ZeRO comes from.  A DeepSpeed job is a model and a *config*: a JSON
+document that says the batch sizes, the precision, the ZeRO stage, the optimizer and its
+settings.  ``config`` writes it from the settings the hand-written ZeRO (``zero.py``) and FSDP2
+(``fsdp.py``) take, so the three can be compared on the same job, and ``train`` runs exactly
+the config ``config`` returns (DeepSpeed builds the optimizer from it); ``validate`` parses it with
 DeepSpeed's own ``DeepSpeedConfig`` (what ``deepspeed.initialize`` does), so a bad setting
 fails with DeepSpeed's message before any process starts.
 
@@ -19,6 +19,7 @@ installed is said plainly (``available``).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -36,6 +37,13 @@ from .zero import check_train as check_zero
 from .zero import start_sharded
 
 PRECISION_KEYS = {"fp32": {}, "mixed": {"bf16": {"enabled": True}}}
+# Our optimizers (loop.OPTIMIZERS) as a DeepSpeed config names them.  Two defaults of DeepSpeed
+# would change the update: its "Adam" is AdamW (decoupled weight decay, torch's default 0.01)
+# unless "adam_w_mode" is false, and without "torch_adam" it is DeepSpeed's own fused kernel.
+# "SGD" is not one of DeepSpeed's names: it takes torch.optim.SGD by that name.
+OPTIMIZER_KEYS = {"sgd": {"type": "SGD", "params": {}},
+                  "momentum": {"type": "SGD", "params": {"momentum": 0.9}},
+                  "adam": {"type": "Adam", "params": {"torch_adam": True, "adam_w_mode": False}}}
 # DeepSpeed's default buckets (5e8 numbers) are sized for GPUs: 2 GB of fp32 per rank, more than
 # Binder's whole memory.  Ours are 1M numbers (4 MB).  And stage 3 keeps parameters under
 # 100,000 numbers whole on every rank by default (gathering them costs more than it saves);
@@ -47,18 +55,18 @@ ZERO_KEYS = {0: {}, 1: {"reduce_bucket_size": BUCKET, "allgather_bucket_size": B
                  "stage3_param_persistence_threshold": 0}}
 
 
-def config(world_size: int, *, stage: int, optimizer: str = "adam",
+def config(world_size: int, *, stage: int, optimizer: str = "adam", lr: float = 0.01,
            batch_size: int | None = None, global_batch_size: int | None = None,
-           precision: str = "fp32") -> dict:
+           precision: str = "fp32", gradient_clipping: float = 0.0) -> dict:
     """Lesson 08: the DeepSpeed config (a plain dict, JSON-ready) for these settings.
 
-    The optimizer is not in it: ``train`` hands ``deepspeed.initialize`` the same
-    ``torch.optim`` optimizer the other runs use (a *client* optimizer, which DeepSpeed
-    shards like its own).  With SGD and momentum DeepSpeed's parameters then equal ours bit
-    for bit at every stage.  With Adam they do at widths 64 and 128, but not at width 256:
-    equal after 3 steps, then the 4th update differs by about 2e-4 (2% of lr) in most
-    numbers of every layer, with DeepSpeed's own ``"Adam"`` and with ours alike, at stage 0
-    already.  Not tracked down; the tests compare DeepSpeed with momentum.
+    It names the optimizer (``OPTIMIZER_KEYS``) so that DeepSpeed builds the same
+    ``torch.optim`` optimizer as our runs, and it sets ``gradient_clipping``, 0 (off) unless
+    told otherwise: DeepSpeed's default (0.19) is 1.0, which scales the gradients down whenever
+    their global norm exceeds 1, and none of our runs clips.  With that default, DeepSpeed's
+    Adam on the width-256 MLP of lesson 08 equals ours for 3 steps, then the 4th gradient's norm
+    exceeds 1 and its update differs by about 2% of lr (Adam divides by the gradients' own size,
+    so a scaled gradient moves it only a little); with clipping off it equals ours bit for bit.
     """
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage must be 0 (plain data parallel) to 3, got {stage!r}")
@@ -66,9 +74,17 @@ def config(world_size: int, *, stage: int, optimizer: str = "adam",
         raise ValueError(f"precision must be one of {sorted(PRECISION_KEYS)}, got {precision!r}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if isinstance(gradient_clipping, bool) or not isinstance(gradient_clipping, (int, float)) or gradient_clipping < 0:
+        raise ValueError(f"gradient_clipping must be 0 (off) or a positive norm, got {gradient_clipping!r}")
     b = per_rank_batch(world_size, batch_size, global_batch_size)
+    named = OPTIMIZER_KEYS[optimizer]
     return {"train_micro_batch_size_per_gpu": b, "gradient_accumulation_steps": 1,
-            "train_batch_size": b * world_size, "zero_optimization": {"stage": stage, **ZERO_KEYS[stage]},
+            "train_batch_size": b * world_size,
+            "optimizer": {"type": named["type"], "params": {"lr": lr, **named["params"]}},
+            "gradient_clipping": float(gradient_clipping),
+            "zero_optimization": {"stage": stage, **ZERO_KEYS[stage]},
             "steps_per_print": 10**9, "wall_clock_breakdown": False, **PRECISION_KEYS[precision],
             # ZeRO refuses optimizers it has not been tested with (SGD) unless told: ours is elementwise
             "zero_allow_untested_optimizer": True}
@@ -145,8 +161,12 @@ def status() -> str:
 
 def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp", width: int = 64,
           depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
-          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32"):
+          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32",
+          gradient_clipping: float = 0.0):
     """Lesson 08: train with DeepSpeed's ZeRO ``stage`` (0 to 3); return this rank's record.
+
+    DeepSpeed builds the optimizer from ``config(...)``, the dict a learner reads; the record
+    keeps it (``record.config["deepspeed"]``).
 
     DeepSpeed's engine must run the backward pass itself (``engine.backward(loss)``: it hooks
     the reduce-scatters into it), so this is lesson 01's loop written out for the engine
@@ -163,10 +183,13 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
     run, batch_at = start_sharded(worker, f"deepspeed{stage}", optimizer=optimizer, model=model, width=width,
                                   depth=depth, batch_size=batch_size, global_batch_size=global_batch_size,
                                   steps=steps, lr=lr, seed=seed, dtype=dtype, stage=stage)
-    cfg = config(worker.world_size, stage=stage, optimizer=optimizer, batch_size=run.record.config["batch_size"])
-    engine, ds_optimizer, _, _ = deepspeed.initialize(model=run.model, optimizer=run.optimizer,
-                                                      model_parameters=run.model.parameters(), config=cfg)
+    cfg = config(worker.world_size, stage=stage, optimizer=optimizer, lr=lr, batch_size=run.record.config["batch_size"],
+                 gradient_clipping=gradient_clipping)
+    run.optimizer = None                         # DeepSpeed makes its own, from the config
+    engine, ds_optimizer, _, _ = deepspeed.initialize(model=run.model, model_parameters=run.model.parameters(),
+                                                      config=json.loads(json.dumps(cfg)))
     record = run.record
+    record.config["deepspeed"] = cfg
     t_first = time.time()
     for step in range(steps):
         idx = batch_at(step)
@@ -207,12 +230,14 @@ def full_params(model, stage: int) -> dict:
         return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
 
 
-def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", **settings) -> None:
+def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", gradient_clipping: float = 0.0,
+                **settings) -> None:
     reason = available()
     if reason:
         raise RuntimeError(reason)
-    config(world_size, stage=stage, optimizer=optimizer, batch_size=settings.get("batch_size"),
-           global_batch_size=settings.get("global_batch_size"))
+    config(world_size, stage=stage, optimizer=optimizer, lr=settings.get("lr", 0.01),
+           batch_size=settings.get("batch_size"), global_batch_size=settings.get("global_batch_size"),
+           gradient_clipping=gradient_clipping)
     check_zero(world_size, stage=1, optimizer=optimizer, **settings)
 
 
