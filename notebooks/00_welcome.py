@@ -14,8 +14,10 @@
 #    machines) help, and when does it just add overhead?*
 #
 # We work with a stand-in for their forms that needs no download: the 1,797 real handwritten
-# digits, 8x8 pixels each, that scikit-learn ships. Every number and picture in this course
-# comes from real processes training on them with real collective communication.
+# digits, 8x8 pixels each, that scikit-learn ships. Every measurement in this course comes from
+# real processes training on them with real collective communication. A few tables are
+# *models* instead, computed from formulas to predict, and say so: the course table below
+# lists them.
 
 # %% [markdown]
 # ## What is on this machine?
@@ -58,12 +60,13 @@ for r in records:
 # %% [markdown]
 # Two processes ran, each on its own part of the data, and both reported back. In a notebook
 # they do not exit when the job is done: they wait for the next one (below).
-#
+
+# %% [markdown]
 # ## Warm ranks: the second launch starts at once
 #
 # Starting ranks takes seconds: a launcher process imports PyTorch, starts the ranks, and the
-# ranks meet and build their process group before the first step. The training itself is a few
-# milliseconds a step. So in a notebook distlab keeps its ranks: after a job they stay up, with
+# ranks meet and build their process group before the first step. A training step of these
+# small models is far shorter (lesson 01 draws its steps). So in a notebook distlab keeps its ranks: after a job they stay up, with
 # their process group, and wait. The next `launch` with the same world size, backend and device
 # hands its job to them, and they start it the way fresh ranks would (same random state, same
 # threads), so it gives the same results. That waiting group is a **warm pool**.
@@ -137,15 +140,29 @@ assert shards == [-(-digits.n_train // 2)] * 2
 # %% [markdown]
 # ## How the course is laid out
 #
-# | Lesson | Question it answers |
-# |---|---|
-# | **00** welcome (this one) | What is here, what are we trying to find out? |
-# | **01** data parallelism | How do N workers train *one* model on different data, and why is averaging their gradients exact? |
-# | **02** Horovod | The same training with Horovod: what changes, what does not? |
-# | **03** combining gradients | Parameter server, ring and tree all-reduce: who sends what to whom, and what it costs. |
-# | **04** keeping workers in sync | Synchronous vs asynchronous updates, stragglers, stale gradients. |
-# | **05** does distributing pay? | Measured speed-ups and slow-downs, and when distribution is worth it. |
+# The last column says where a lesson's numbers come from: **measured** on real ranks, or a
+# **model** that predicts them from formulas (worth as much as its assumptions).
 #
+# | Lesson | Question it answers | Its numbers |
+# |---|---|---|
+# | **00** welcome | What is here, what do we want to find out? | measured |
+# | **01** data parallelism | How do N workers train *one* model, and why is averaging their gradients exact? | measured |
+# | **02** Horovod | The same training with Horovod: what changes? | measured |
+# | **03** combining gradients | Parameter server, ring, tree: who sends what, at what cost? | measured, beside the alpha-beta model's predictions |
+# | **04** keeping workers in sync | What does a slow worker cost? Synchronous or not? | measured |
+# | **05** does distributing pay? | Are two workers twice as fast? | measured, beside a model's prediction |
+
+# %% [markdown]
+# | Lesson | Question it answers | Its numbers |
+# |---|---|---|
+# | **06** splitting the model | Pipelines: layers on different workers, and their bubble | measured |
+# | **07** tensor and 3D parallelism | Slices of every layer; three splits combined | runs measured; the **bytes tables are a model** |
+# | **08** ZeRO | What every worker copied, and how sharding frees it | memory measured; the **memory calculator is a model** |
+# | **09** from laptop to cluster | The same job from a terminal, a scheduler, several nodes | measured (the nodes are simulated on this machine) |
+# | **10** failure is normal at scale | Surviving crashes: checkpoints and restarts | restarts measured; the **failure arithmetic is a model** |
+# | **11** knowledge check | Your answer to the company | your own measurements from 01 to 10 |
+
+# %% [markdown]
 # Each lesson starts with its goal, runs real jobs, shows them with widgets (sliders and
 # drop-downs that redraw pictures of what was recorded), and ends with exercises. An exercise
 # cell holds `...` where your answer goes; a checker from `distlab.exercises` says "not
