@@ -94,3 +94,85 @@ def azure_ml_command(answer) -> bool | None:
     return check("Azure ML command", answer, "distlab job azureml run.yaml", hints={
         "distlab run run.yaml": "that trains here; which command writes a job for a scheduler?"},
         otherwise="`distlab job TARGET CONFIG` writes a job file; the targets are azureml, slurm and k8s.")
+
+
+def horovod_fusion(answer, tensors: int = 6) -> bool | None:
+    """Lesson 11 (lesson 02): how many all-reduces Horovod runs for ``tensors`` gradients that are
+    all ready within one cycle and fit in the fusion buffer together."""
+    return check("Horovod tensor fusion", answer, 1, hints={
+        tensors: "that is one per tensor, as by hand; tensor fusion packs the tensors ready in one cycle "
+                 "into one buffer and all-reduces it once."},
+        otherwise="tensors that are ready in the same cycle and fit in the fusion buffer travel together.")
+
+
+def pipeline_schedule(answer, stages: int = 4, micro_batches: int = 8) -> bool | None:
+    """Lesson 11 (lesson 06): what 1F1B shrinks against GPipe, "bubble" or "memory".
+
+    The answer is read from lesson 06's own schedules, simulated: the idle share of each, and the
+    micro-batches whose activations stage 0 holds at once."""
+    from .parallel import schedules
+
+    runs = {name: schedules.schedule(name, stages, micro_batches) for name in ("gpipe", "1f1b")}
+    idle = {name: schedules.bubble(schedules.simulate(ops)) for name, ops in runs.items()}
+    held = {name: schedules.held_activations(ops[0]) for name, ops in runs.items()}
+    expected = [what for what, shrinks in (("bubble", idle["1f1b"] < idle["gpipe"] - 1e-9),
+                                           ("memory", held["1f1b"] < held["gpipe"])) if shrinks]
+    return check("1F1B against GPipe", answer, " and ".join(expected), hints={
+        "bubble": f"both idle (p-1)/(m+p-1) of the time ({idle['gpipe']:.2f} and {idle['1f1b']:.2f} at p = {stages}, "
+                  f"m = {micro_batches}): 1F1B starts each backward early, so stage 0 holds {held['1f1b']} "
+                  f"micro-batches' activations instead of {held['gpipe']}."},
+        otherwise="answer 'bubble' or 'memory'.")
+
+
+def tensor_parallel_traffic(answer, width: int = 512) -> bool | None:
+    """Lesson 11 (lesson 07): as the batch grows, whose bytes per step grow: "tensor" or "data" parallelism's?"""
+    from .parallel import tensor_parallel
+
+    grows = {"tensor": sum(tensor_parallel.predicted_bytes(512, width).values())
+             > sum(tensor_parallel.predicted_bytes(64, width).values()),
+             "data": False}                       # data_parallel_bytes(width) takes no batch at all
+    expected = next(k for k, v in grows.items() if v)
+    return check("traffic that grows with the batch", answer, expected, hints={
+        "data": "data parallelism all-reduces the gradient: one number per parameter, whatever the batch; "
+                "tensor parallelism all-reduces activations, batch x width numbers each."},
+        otherwise="answer 'tensor' or 'data'.")
+
+
+def zero2_bytes_per_parameter(answer, world_size: int = 8) -> bool | None:
+    """Lesson 11 (lesson 08): bytes per parameter one of ``world_size`` ranks holds at ZeRO-2
+    (Adam, mixed precision: the ZeRO paper's 16 bytes per parameter at stage 0)."""
+    from .measure import memory_model
+
+    def held(stage):
+        return memory_model.per_rank(1, world_size, stage=stage, optimizer="adam", precision="mixed").total
+
+    return check("ZeRO-2 bytes per parameter", answer, held(2), tolerance=0.01, hints={
+        held(0): "that is stage 0: every rank a full copy of everything.",
+        held(1): "that is stage 1: stage 2 shards the gradients too.",
+        held(3): "that is stage 3: stage 2 keeps the full fp16 parameters on every rank."},
+        otherwise=f"2 bytes of fp16 parameters stay whole; gradients (2) and optimizer state (12) are divided "
+                  f"by {world_size}.")
+
+
+def per_rank_batch_from_config(answer, nodes: int = 2, processes_per_node: int = 4,
+                               global_batch_size: int = 96) -> bool | None:
+    """Lesson 11 (lesson 09): samples per rank and step for a config's launch and training sections."""
+    from .parallel.data_parallel import per_rank_batch
+
+    world = nodes * processes_per_node
+    expected = per_rank_batch(world, None, global_batch_size)
+    return check("batch per rank from the config", answer, expected, hints={
+        global_batch_size // processes_per_node: "that divides by one node's processes; every rank of every "
+                                                 "node shares the global batch.",
+        global_batch_size: "training.global_batch_size is the batch of all ranks together."},
+        otherwise=f"world size = launch.nodes x launch.processes_per_node = {world}; divide the global batch.")
+
+
+def job_hours_between_failures(answer, machines: int = 512, years_between_failures: float = 3) -> bool | None:
+    """Lesson 11 (lesson 10): the mean hours between failures of a job on ``machines`` machines,
+    each failing once in ``years_between_failures`` years on average (failures at random)."""
+    one = years_between_failures * 365 * 24
+    return check("hours between the job's failures", answer, one / machines, tolerance=0.01, hints={
+        one: "that is one machine's; the job stops when any of its machines fails.",
+        one * machines: "more machines fail more often, not less: divide."},
+        otherwise="with failures at random, the rates add up: one machine's hours divided by the machines.")

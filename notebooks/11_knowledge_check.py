@@ -4,11 +4,12 @@
 # **Goal of this lesson.** The insurance company asked: *does distributing the training help?*
 # Ten lessons measured pieces of the answer on real processes. This last one
 #
-# 1. checks what you took from them, with short questions, several of them about **your own
-#    runs**: the checkers read what lessons 01, 04, 05, 08 and 10 stored when you ran them
-#    (`distlab.course_results`, a small file in your home folder), so your right answers may
+# 1. checks what you took from every lesson, 00 to 10, with short questions, several of them about
+#    **your own runs**: the checkers read what lessons 01, 04, 05, 08 and 10 stored when you ran
+#    them (`distlab.course_results`, a small file in your home folder), so your right answers may
 #    differ from your neighbour's;
-# 2. puts your measurements together into the answer for the company.
+# 2. draws your measurements across the course in one figure;
+# 3. puts them together into the answer for the company.
 #
 # Run the lessons first; a question about a lesson you skipped says which one to run.
 
@@ -16,7 +17,9 @@
 from distlab import course_results
 from distlab import exercises_course as check
 
-print("lessons with stored results:", ", ".join(sorted(k for k in course_results.load())) or "none yet")
+stored = course_results.load()
+print("lessons with stored results (and when each ran):",
+      ", ".join(f"{k} ({v.get('when', '?')})" for k, v in sorted(stored.items())) or "none yet")
 
 # %% [markdown]
 # ## 1. Dividing the work (lessons 01, 06, 08)
@@ -45,7 +48,17 @@ my_same = ...
 check.same_as_one_big_batch(my_same, lesson01)
 
 # %% [markdown]
-# ## 3. Parameter server or all-reduce (lesson 03)
+# ## 3. Horovod (lesson 02)
+#
+# A step's six gradient tensors all become ready within one of Horovod's cycles, and together they
+# fit in its fusion buffer. How many all-reduces does Horovod run for them?
+
+# %%
+my_all_reduces = ...
+check.horovod_fusion(my_all_reduces, tensors=6)
+
+# %% [markdown]
+# ## 4. Parameter server or all-reduce (lesson 03)
 #
 # As the number of ranks grows, whose busiest link carries more bytes per step: the
 # `"parameter server"`'s or a `"ring"` rank's?
@@ -55,7 +68,7 @@ my_busiest = ...
 check.busiest_link(my_busiest)
 
 # %% [markdown]
-# ## 4. Synchronisation (lesson 04)
+# ## 5. Synchronisation (lesson 04)
 #
 # In lesson 04 one rank was made slower by a fixed delay per step. How many **seconds** longer,
 # per step, did the *fast* rank wait in your run? Predict it from the delay, then look:
@@ -69,7 +82,7 @@ my_wait = ...
 check.straggler_wait(my_wait, lesson04)
 
 # %% [markdown]
-# ## 5. Speedup and overhead (lesson 05)
+# ## 6. Speedup and overhead (lesson 05)
 #
 # Lesson 05 measured three regimes on 1 and 2 ranks (`worst`, `probe`, `best`: how much
 # arithmetic each step does per byte of gradient). Which one gained most from the second rank
@@ -84,7 +97,27 @@ my_regime = ...
 check.best_regime(my_regime, lesson05)
 
 # %% [markdown]
-# ## 6. ZeRO (lesson 08)
+# ## 7. Pipelines (lesson 06)
+#
+# Same stages, same micro-batches: what does the 1F1B schedule shrink against GPipe, the idle
+# `"bubble"` or the activation `"memory"` the first stage holds?
+
+# %%
+my_shrinks = ...
+check.pipeline_schedule(my_shrinks, stages=4, micro_batches=8)
+
+# %% [markdown]
+# ## 8. Tensor parallelism (lesson 07)
+#
+# Double the batch of lesson 07's MLP block. Whose bytes per step grow: `"tensor"` parallelism's
+# (the block split across ranks) or `"data"` parallelism's (a copy of the block on each rank)?
+
+# %%
+my_grows = ...
+check.tensor_parallel_traffic(my_grows, width=512)
+
+# %% [markdown]
+# ## 9. ZeRO (lesson 08)
 #
 # How many times less memory did rank 0 hold at ZeRO stage 3 than at stage 0 in your run
 # (parameters, gradients and optimizer state together)?
@@ -98,7 +131,16 @@ my_saving = ...
 check.zero3_saving(my_saving, lesson08)
 
 # %% [markdown]
-# ## 7. A cluster or a cloud (lesson 09)
+# Now the ZeRO paper's accounting: Adam in mixed precision holds 16 bytes per parameter on every
+# rank (2 of fp16 weights, 2 of gradient, 12 of optimizer state). How many bytes per parameter
+# does each of **8** ranks hold at **ZeRO-2**?
+
+# %%
+my_bytes = ...
+check.zero2_bytes_per_parameter(my_bytes, world_size=8)
+
+# %% [markdown]
+# ## 10. A cluster or a cloud (lesson 09)
 #
 # Which `distlab` command writes an Azure Machine Learning job for the config `run.yaml`?
 
@@ -107,7 +149,15 @@ my_command = ...
 check.azure_ml_command(my_command)
 
 # %% [markdown]
-# ## 8. Failure at scale (lesson 10)
+# A `run.yaml` says `launch.nodes: 2`, `launch.processes_per_node: 4` and
+# `training.global_batch_size: 96`. How many samples does each rank compute per step?
+
+# %%
+my_batch = ...
+check.per_rank_batch_from_config(my_batch, nodes=2, processes_per_node=4, global_batch_size=96)
+
+# %% [markdown]
+# ## 11. Failure at scale (lesson 10)
 #
 # How many training steps did the worker you killed in lesson 10 cost the job?
 
@@ -120,7 +170,28 @@ my_cost = ...
 check.failure_cost(my_cost, lesson10)
 
 # %% [markdown]
-# ## 9. The answer for the insurance company
+# Each machine fails on average once in 3 years, at random. How many **hours** pass, on average,
+# between two failures of a job that needs all of 512 such machines?
+
+# %%
+my_hours = ...
+check.job_hours_between_failures(my_hours, machines=512, years_between_failures=3)
+
+# %% [markdown]
+# ## 12. Your course in one picture
+#
+# Every panel is what one lesson stored when you ran it; a lesson you have not run says so.
+# Read it before the answer below: what did distributing change in the result, what did it cost,
+# and what did it buy?
+
+# %% tags=["nbval-ignore-output"]
+from distlab.widgets.course import course_figure
+from distlab.widgets.display import show
+
+show(course_figure(course_results.load()))
+
+# %% [markdown]
+# ## 13. The answer for the insurance company
 #
 # Built from what **you** measured (each line says which lesson it comes from; a lesson you
 # did not run is named instead of a number):
@@ -134,14 +205,34 @@ def line(lesson, text):
 line("01", lambda r: f"distributing does not change what is learned: {r['world_size']} ranks ended "
                      f"{r['max_param_difference']:.1e} from one big-batch process; test accuracy "
                      f"{r['test_accuracy']['ranks']:.3f} against {r['test_accuracy']['one_process']:.3f}.")
-def paid(speedups):
-    gained = [k for k, v in speedups.items() if v > 1]
-    return (f"a second rank paid off in {', '.join(gained)}" if gained else "a second rank paid off in none of "
-            "the regimes") + " (speedup on 2 ranks: " + ", ".join(f"{k} {v:.2f}" for k, v in speedups.items()) + ")"
+def speed(r):
+    ranges = r.get("speedup_2_ranks_repeats", {})
+    shown = ", ".join(f"{k} {v:.2f}" + (f" ({ranges[k][0]:.2f} to {ranges[k][1]:.2f})" if k in ranges else "")
+                      for k, v in r["speedup_2_ranks"].items())
+    clear = [k for k in ranges if ranges[k][0] > 1]
+    text = (f"a second rank paid off, in every repeat, in {', '.join(clear)}" if clear
+            else "in no regime did a second rank pay off in every repeat") + f" (speedup on 2 ranks: {shown})"
+    if "compute_ratio_2_ranks" in r:
+        text += ("; each rank's compute per step at 2 ranks, over one process's: "
+                 + ", ".join(f"{k} {v:.2f}" for k, v in r["compute_ratio_2_ranks"].items()) + " (ideal 0.50)")
+    return text
 
 
-line("05", lambda r: f"whether it pays depends on the arithmetic per byte sent: in your run {paid(r['speedup_2_ranks'])}"
-                     "; lesson 05's verdicts say which gains beat the spread.")
+def more_data(r):
+    gains, timing = r.get("more_data_gain"), r.get("time_to_target")
+    if not gains:
+        return "more data: not measured yet: run lesson 05's section on more data to fill in this line"
+    text = "; ".join(f"{g['model']} {g['points']:+.1f} points of test accuracy from {g['smallest']:,} to "
+                     f"{g['largest']:,} training samples ({g['verdict']}, twice the spread over seeds "
+                     f"{g['twice_spread']:.1f})" for g in gains)
+    if timing:
+        text += f"; to {timing['target']:.0%} test accuracy on 2 ranks against 1: {timing['verdict']}"
+    return "more data: " + text
+
+
+line("05", more_data)
+line("05", lambda r: f"whether it pays depends on the arithmetic per byte sent and on whether the compute "
+                     f"really splits: in your run {speed(r)}.")
 line("04", lambda r: f"every rank waits for the slowest: a rank {r['straggler_seconds'] * 1e3:.0f} ms slower made "
                      f"the others wait {r['extra_wait_of_rank_0'] * 1e3:.0f} ms more per step.")
 line("08", lambda r: "when the model's training state no longer fits, ZeRO-3 held "
@@ -151,10 +242,12 @@ line("10", lambda r: f"at scale failures are normal: a killed worker cost {r['st
                      f"(difference {r['largest_difference']:.1e}).")
 
 # %% [markdown]
-# So: distribute when one worker is too slow **and** each step does enough arithmetic per byte
-# of gradient that the all-reduce is a small part of it (lesson 05 shows where that line falls
-# on your machine); keep one process with more threads while that is faster; shard with ZeRO or
-# split the model when the model's state outgrows a worker; and on a cluster, write the run
-# down as a config and keep checkpoints, because something will fail.
+# So: more data is what buys accuracy, and how much it bought is the more-data line above (with
+# its spread over seeds). More workers buy the same accuracy *sooner* only when one worker is too
+# slow **and** each step does enough arithmetic per byte of gradient that the all-reduce is a
+# small part of it, **and** each rank's compute really splits (lesson 05 shows where that line
+# falls on your machine); keep one process with more threads while that is faster; shard with
+# ZeRO or split the model when the model's state outgrows a worker; and on a cluster, write the
+# run down as a config and keep checkpoints, because something will fail.
 #
 # **Previous:** [10 · Failure is normal at scale](10_failure_is_normal_at_scale.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -89,6 +89,17 @@ CASES = {
     "11 failure cost": (exc.failure_cost, dict(results=STORED["10"]), 5, 0, "trained again"),
     "11 Azure ML command": (exc.azure_ml_command, {}, "distlab job azureml run.yaml", "distlab run run.yaml",
                             "writes a job"),
+    "11 Horovod fusion": (exc.horovod_fusion, dict(tensors=6), 1, 6, "packs the tensors ready in one cycle"),
+    "11 1F1B against GPipe": (exc.pipeline_schedule, dict(stages=4, micro_batches=8), "memory", "bubble",
+                              "holds 4 micro-batches' activations instead of 8"),
+    "11 traffic that grows": (exc.tensor_parallel_traffic, dict(width=512), "tensor", "data", "whatever the batch"),
+    "11 ZeRO-2 bytes": (exc.zero2_bytes_per_parameter, dict(world_size=8), 2 + 14 / 8, 16, "full copy"),
+    "11 ZeRO-2 bytes, stage 3": (exc.zero2_bytes_per_parameter, dict(world_size=8), 2 + 14 / 8, 2,
+                                 "keeps the full fp16 parameters"),
+    "11 batch from the config": (exc.per_rank_batch_from_config, dict(nodes=2, processes_per_node=4,
+                                                                      global_batch_size=96), 12, 24, "every rank"),
+    "11 hours between failures": (exc.job_hours_between_failures, dict(machines=512, years_between_failures=3),
+                                  3 * 365 * 24 / 512, 3 * 365 * 24, "any of its machines fails"),
 }
 
 
