@@ -4,7 +4,8 @@
 # **Goal:** split the digits across N workers, train one model on N real processes, and see,
 # number for number, that averaging the workers' gradients gives exactly the update one
 # process would make on the whole batch.
-#
+
+# %% [markdown]
 # ## Two ways to divide the work
 #
 # * **Data parallelism** (this lesson): every worker holds a *full copy* of the model and trains
@@ -62,7 +63,8 @@ for workers in (1, 2, 3, 4):
 # When the samples do not divide evenly, the first few are used twice so that every rank has as
 # many mini-batches as the others. A rank that ran out early would leave the others waiting
 # forever at the next exchange.
-#
+
+# %% [markdown]
 # ## One global update from N local gradients
 #
 # The loss of a mini-batch is the **mean** of its samples' losses. Split a global batch of
@@ -172,7 +174,7 @@ course_results.remember("01", world_size=N, max_param_difference=distlab.max_par
 # %% [markdown]
 # The same, as they must be (on CPU to the last digit; rounding on other hardware could move a
 # digit that sits right on a decision boundary). One seed says little about one worker alone, so compare a few
-# seeds (single-process runs, each under a second):
+# seeds (single-process runs, quick to train):
 
 # %%
 def accuracy(batch, seed):
@@ -180,21 +182,64 @@ def accuracy(batch, seed):
                                         "record_grads_at": ()})
     return run.test_accuracy
 
+import statistics
+
+seeds = {}
 for batch, who in ((32, "one worker alone, batch 32"), (64, f"batch 64 (= {N} workers)")):
-    accs = [accuracy(batch, seed) for seed in range(5)]
-    print(f"{who:28s} seeds 0-4: {[round(a, 3) for a in accs]}  mean {sum(accs) / 5:.3f}")
+    seeds[batch] = [accuracy(batch, seed) for seed in range(5)]
+    print(f"{who:28s} seeds 0-4: {[round(a, 3) for a in seeds[batch]]}  mean {statistics.fmean(seeds[batch]):.3f}")
+spread = max(statistics.stdev(accs) for accs in seeds.values())      # the larger standard deviation
+clear = abs(statistics.fmean(seeds[64]) - statistics.fmean(seeds[32])) > spread
+print("the two means differ by more than the seeds' spread (standard deviation):", clear)
 
 # %% [markdown]
-# In the same number of steps, the workers together see twice as many digits per step, and the
-# less noisy gradient tends to give a better model (look at the means and the spread between
-# seeds). That is the accuracy side of the company's question. The other side is time: each rank
-# computed on 32 digits per step instead of 64, but the ranks also had to talk, and on a small
-# machine they compete for the same cores. Whether N workers finish sooner than one process doing
-# the big batch alone is measured properly in lesson 05; the rough numbers of these runs:
+# In the same number of steps, the workers together see twice as many digits per step, and a
+# gradient averaged over more samples is less noisy, which is expected to give a better model.
+# Whether five seeds *show* it is the last line above: when the means differ by less than the
+# seeds scatter, these runs cannot tell the two apart, and more seeds would be needed. That is
+# the accuracy side of the company's question.
+#
+# The other side is time. Each rank computed on 32 digits per step instead of 64, but the
+# ranks also had to talk, and on a small machine they compete for the same cores. Lesson 05
+# measures properly whether N workers finish sooner; here, a first look at these three runs.
+
+# %% [markdown]
+# **Predict:** which of the three trained the most samples per second: the ranks averaging by
+# hand (6 all-reduces per step, each waited for), the ranks with DDP (the gradients in buckets,
+# sent while backward runs), or one process with the whole batch and no communication?
+#
+# The cell below prints each run's samples per second (all its samples over the slowest rank's
+# time from the first step to the last) and draws each run's step durations: a box holds the
+# middle half of the steps, the whiskers most of the rest, so you see the spread, not one number.
 
 # %% tags=["nbval-ignore-output"]
-for name, records in (("by_hand", by_hand), ("ddp", ddp), ("single", [single])):
-    print(f"{name:8s} {distlab.throughput(records):8.0f} samples/s (training loop only, start-up excluded)")
+from matplotlib.figure import Figure
+
+from distlab.widgets.display import show
+
+runs = {"by hand (2 ranks)": by_hand, "DDP (2 ranks)": ddp, "one process": [single]}
+speed = {name: distlab.throughput(records) for name, records in runs.items()}
+for name, records in runs.items():
+    print(f"{name:18s} {speed[name]:8.0f} samples/s (training loop only, start-up excluded)")
+print("most samples per second in this run:", max(speed, key=speed.get))
+step_ms = {name: [1e3 * max(r.steps[i].t_end - r.steps[i].t_start for r in records)    # slowest rank
+                  for i in range(len(records[0].steps))] for name, records in runs.items()}
+fig = Figure(figsize=(9, 2.8))
+ax = fig.subplots()
+ax.boxplot(list(step_ms.values()), orientation="horizontal", showfliers=False)
+ax.set_yticks(range(1, len(runs) + 1), [f"{n}\n{speed[n]:.0f} samples/s" for n in runs])
+ax.set_xlabel("milliseconds per step (slowest rank)")
+fig.tight_layout()
+show(fig)
+
+# %% [markdown]
+# How to read it: the one process only computes, on 64 samples a step. Each rank computes on
+# 32, then waits for the exchange, and with this tiny model a step computes so little that the
+# fixed cost of each message weighs heavily. By hand, a rank pays for 6 messages in a row; with
+# DDP for about one bucket; the one process for none. Whether halving the computation paid for
+# the talking in this run is the printed line above; if the boxes overlap, run the cell's
+# launches again before you conclude. Lesson 02 splits a step into computing and talking,
+# lesson 05 asks when the ranks win.
 
 # %% [markdown]
 # ## Exercises
