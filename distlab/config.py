@@ -36,8 +36,24 @@ class Model(Section):
 
 
 class Data(Section):
-    dataset: Literal["digits"] = Field("digits", description="scikit-learn's 8x8 handwritten digits (offline)")
-    seed: int = Field(0, ge=0, description="the split and the mini-batch order: the same on every rank")
+    dataset: Literal["digits", "distorted_digits", "mnist"] = Field(
+        "digits", description="digits: scikit-learn's 1,438 real 8x8 training digits (offline); distorted_digits: "
+                              "that many or more made from them on the ranks (lesson 05); mnist: the 28x28 "
+                              "MNIST files in data.root")
+    samples: int | None = Field(None, ge=1, le=10_000_000,
+                                description="training samples (none: all; distorted_digits: 100,000)")
+    root: str | None = Field(None, description="the folder of MNIST's IDX files (dataset mnist; none: "
+                                               "~/.cache/distlab/mnist); nothing is downloaded")
+    seed: int = Field(0, ge=0, description="the model, the mini-batch order and the distortions: the same "
+                                           "on every rank")
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        """Lesson 05: what each data set can give, checked before any process starts."""
+        from .data import check_dataset
+
+        check_dataset(self.dataset, self.samples, self.root, files=False)
+        return self
 
 
 class Training(Section):
@@ -128,6 +144,12 @@ class RunConfig(Section):
         if p.strategy == "3d" and world % (p.pipeline * p.tensor):
             raise ValueError(f"parallel.pipeline x parallel.tensor = {p.pipeline * p.tensor} does not divide "
                              f"the {world} ranks")
+        if self.data.dataset != "digits" and p.strategy != "data":
+            raise ValueError(f"data.dataset {self.data.dataset}: strategy {p.strategy} trains on the real digits "
+                             "only; distorted_digits and mnist run with parallel.strategy data")
+        if self.data.samples is not None and p.strategy != "data":
+            raise ValueError(f"data.samples: strategy {p.strategy} trains on all the real digits; "
+                             "a size is for parallel.strategy data")
         if launch.backend == "horovod" and p.strategy != "data":
             raise ValueError(f"launch.backend horovod runs strategy data only (not {p.strategy})")
         if self.fault.kind != "none" and self.fault.rank >= world:
@@ -197,8 +219,10 @@ class RunConfig(Section):
         common = dict(width=m.width, steps=t.steps, lr=t.lr, seed=self.data.seed, dtype=t.dtype,
                       global_batch_size=t.global_batch_size)
         if p.strategy == "data":
+            d = self.data
             return data_parallel.train, dict(common, method=p.method, model=m.kind, depth=m.depth,
-                                             optimizer=t.optimizer, record_grads_at=())
+                                             optimizer=t.optimizer, record_grads_at=(), dataset=d.dataset,
+                                             samples=d.samples, data_root=d.root)
         if p.strategy in ("zero", "fsdp", "deepspeed"):
             fn = {"zero": zero.train, "fsdp": fsdp.train, "deepspeed": deepspeed_zero.train}[p.strategy]
             stage = 3 if p.strategy == "fsdp" else p.zero_stage
@@ -238,7 +262,8 @@ def from_launch(fn, world_size: int, **kwargs) -> RunConfig:
              "dtype": ("training", "dtype"), "method": ("parallel", "method"),
              "stage": ("parallel", "zero_stage"), "pipeline": ("parallel", "pipeline"),
              "tensor": ("parallel", "tensor"), "micro_batches": ("parallel", "micro_batches"),
-             "schedule": ("parallel", "schedule")}
+             "schedule": ("parallel", "schedule"), "dataset": ("data", "dataset"),
+             "samples": ("data", "samples"), "data_root": ("data", "root")}
     for key, val in kw.items():
         if key in ("record_grads_at", "progress", "warm", "data"):
             continue

@@ -52,6 +52,8 @@ class RankRecord:
     # checkpoints (lesson 10): the step this life of the run resumed from (None: from the start);
     # ``steps`` then holds only the steps trained since
     resumed_from: int | None = None
+    # lesson 05: (step, training seconds so far, test accuracy) every evaluate_every steps
+    evaluations: list[tuple[int, float, float]] = field(default_factory=list)
 
     @property
     def losses(self) -> list[float]:

@@ -22,7 +22,7 @@ def test_goal_takes_the_median_and_prints_the_spread(capsys):
     assert out[1] == "GOAL x 2 >= 1.9 PASS"
 
 
-@pytest.mark.parametrize("op,target,ok", [("<=", 1.5, False), ("<=", 2.5, True),
+@pytest.mark.parametrize("op,target,ok", [("<=", 1.5, False), ("<=", 2.5, True), (">", 2.0, False), (">", 1.9, True),
                                           ("within", (0.75, 1.25), False), ("within", (1.5, 2.5), True)])
 def test_goal_ops(capsys, op, target, ok):
     assert goals.goal("y", [2.0, 2.0], op, target) is ok

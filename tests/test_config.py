@@ -50,6 +50,12 @@ def test_toml_and_yaml_round_trip(tmp_path):
     (["parallel.strategy=zero", "parallel.zero_stage=3"], "stage 3 is strategy fsdp"),
     (["launch.port=80"], "launch.port = 80: Input should be greater than or equal to 1024"),
     (["model.width=wide"], "model.width = 'wide': Input should be a valid integer"),
+    (["data.dataset=imagenet"], "data.dataset = 'imagenet': Input should be 'digits', 'distorted_digits' or 'mnist'"),
+    (["data.samples=5000"], "dataset digits has 1438 training samples, not 5000: use dataset distorted_digits"),
+    (["data.dataset=distorted_digits", "parallel.strategy=pipeline"],
+     "data.dataset distorted_digits: strategy pipeline trains on the real digits only"),
+    (["data.samples=500", "parallel.strategy=zero"], "data.samples: strategy zero trains on all the real digits"),
+    (["data.root=/data"], "data root '/data' is for dataset mnist"),
 ])
 def test_every_bad_value_is_named_with_what_is_allowed(overrides, message):
     with pytest.raises(ConfigError) as err:
@@ -77,6 +83,7 @@ def test_a_yaml_file_cannot_run_code(tmp_path):
 
 @pytest.mark.parametrize("fn,kwargs,strategy", [
     (data_parallel.train, dict(method="ddp", steps=5, global_batch_size=64, lr=0.1), "data"),
+    (data_parallel.train, dict(dataset="distorted_digits", samples=20_000, steps=5), "data"),
     (zero.train, dict(stage=2, optimizer="adam", width=256, steps=3), "zero"),
     (fsdp.train, dict(optimizer="adam", steps=3), "fsdp"),
     (pipeline.train, dict(micro_batches=4, schedule="1f1b", depth=3), "pipeline"),
@@ -118,3 +125,37 @@ def test_the_notebook_launcher_takes_a_config(tmp_path):
         distlab.launch(c, 4)
     with pytest.raises(ValueError, match="start `distlab run CONFIG --node-rank N` on each node"):
         distlab.launch(RunConfig.parse({"launch": {"nodes": 2}, "training": {"global_batch_size": 64}}))
+
+
+def test_a_config_trains_on_distorted_digits_made_on_the_ranks():
+    """Lesson 05: data.dataset and data.samples reach every rank; 2 ranks take one process's steps."""
+    import distlab
+    from distlab.records import max_param_difference
+
+    c = RunConfig.parse({"data": {"dataset": "distorted_digits", "samples": 50_000, "seed": 2},
+                         "training": {"steps": 4, "global_batch_size": 32}, "launch": {"processes_per_node": 2}})
+    fn, kwargs = c.call()
+    assert (kwargs["dataset"], kwargs["samples"]) == ("distorted_digits", 50_000)
+    records = distlab.launch(c, progress="none", evaluate_every=2)
+    assert records[0].config["dataset"] == "distorted_digits" and records[0].config["samples"] == 50_000
+    assert [e[0] for e in records[0].evaluations] == [2, 4]
+    alone = data_parallel.train_single(world_size=2, global_batch_size=32, steps=4, seed=2, record_grads_at=(),
+                                       dataset="distorted_digits", samples=50_000)
+    assert max_param_difference(alone.params, records[0].params) < 1e-6
+    other = data_parallel.train_single(world_size=2, global_batch_size=32, steps=4, seed=2, record_grads_at=())
+    assert max_param_difference(other.params, records[0].params) > 1e-3    # not the real digits
+
+
+def test_a_config_trains_on_mnist_files_in_a_folder(tmp_path):
+    """Lesson 05: dataset mnist reads data.root's IDX files; without them, a clear error before any process."""
+    import distlab
+    from test_data import write_mnist
+
+    write_mnist(tmp_path, n_train=64, n_test=16)
+    c = RunConfig.parse({"data": {"dataset": "mnist", "root": str(tmp_path)},
+                         "training": {"steps": 2, "global_batch_size": 16}, "launch": {"processes_per_node": 2}})
+    records = distlab.launch(c, progress="none")
+    assert records[0].params["fc1.weight"].shape[1] == 28 * 28 and records[0].config["dataset"] == "mnist"
+    missing = c.model_copy(update={"data": c.data.model_copy(update={"root": str(tmp_path / "none")})})
+    with pytest.raises(FileNotFoundError, match="MNIST is not complete in .*none"):
+        distlab.launch(missing, progress="none")

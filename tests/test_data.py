@@ -78,3 +78,118 @@ def test_models_have_width_knob_and_named_stages():
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     with pytest.raises(ValueError, match="unknown model"):
         build_model("resnet")
+
+
+# -- lesson 05: more data (distorted digits, MNIST's files, the data sets by name)
+
+def write_idx(path, array):
+    """A file in MNIST's IDX format: 0, 0, type 0x08 (unsigned bytes), ndim, big-endian sizes, values."""
+    import gzip
+
+    array = torch.as_tensor(array, dtype=torch.uint8)
+    raw = bytes([0, 0, 8, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape) + array.numpy().tobytes()
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "wb") as f:
+        f.write(raw)
+    return str(path)
+
+
+def write_mnist(folder, n_train=40, n_test=12, gz=True):
+    """A small MNIST in its four files (train gzip'd, test plain when ``gz``), images 28x28."""
+    g = torch.Generator().manual_seed(0)
+    ext = ".gz" if gz else ""
+    images = torch.randint(0, 256, (n_train + n_test, 28, 28), generator=g, dtype=torch.uint8)
+    labels = torch.arange(n_train + n_test) % 10
+    write_idx(folder / f"train-images-idx3-ubyte{ext}", images[:n_train])
+    write_idx(folder / f"train-labels-idx1-ubyte{ext}", labels[:n_train])
+    write_idx(folder / "t10k-images-idx3-ubyte", images[n_train:])
+    write_idx(folder / "t10k-labels-idx1-ubyte", labels[n_train:])
+    return images, labels
+
+
+@pytest.mark.parametrize("name", ["a-idx3-ubyte", "a-idx3-ubyte.gz"])
+def test_read_idx_reads_plain_and_gzipped_files(tmp_path, name):
+    array = torch.arange(2 * 3 * 4, dtype=torch.uint8).reshape(2, 3, 4)
+    assert torch.equal(data.read_idx(write_idx(tmp_path / name, array)), array)
+
+
+def test_read_idx_refuses_what_is_not_idx(tmp_path):
+    (tmp_path / "bad").write_bytes(b"PK\x03\x04rest")
+    with pytest.raises(ValueError, match="not an IDX file"):
+        data.read_idx(str(tmp_path / "bad"))
+    good = write_idx(tmp_path / "short", torch.zeros(4, 4))
+    with open(good, "ab") as f:
+        f.write(b"\x00")
+    with pytest.raises(ValueError, match="the header says"):
+        data.read_idx(good)
+
+
+def test_load_mnist_reads_the_files_in_a_folder_without_downloading(tmp_path):
+    images, labels = write_mnist(tmp_path)
+    mnist = data.load_mnist(str(tmp_path))                 # download is off by default
+    assert mnist.side == 28 and mnist.n_train == 40 and len(mnist.y_test) == 12
+    assert torch.equal(mnist.x_train[:, 0], images[:40].float() / 255) and torch.equal(mnist.y_train, labels[:40])
+    assert torch.equal(mnist.y_test, labels[40:])
+    sub = data.load_dataset("mnist", 16, root=str(tmp_path))
+    assert sub.n_train == 16 and len(sub.y_test) == 12     # a size cuts the training set, never the test set
+
+
+def test_load_mnist_names_the_missing_files(tmp_path):
+    write_mnist(tmp_path)
+    (tmp_path / "t10k-labels-idx1-ubyte").unlink()
+    with pytest.raises(FileNotFoundError, match="missing t10k-labels-idx1-ubyte .*download=True"):
+        data.load_mnist(str(tmp_path))
+
+
+def test_datasets_by_name_and_their_sizes():
+    assert data.load_dataset("digits").n_train == 1438
+    assert data.load_dataset("digits", 100).n_train == 100
+    assert data.load_dataset("distorted_digits").n_train == 100_000
+    with pytest.raises(ValueError, match="dataset digits has 1438 training samples, not 5000"):
+        data.load_dataset("digits", 5000)
+    with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
+        data.load_dataset("imagenet")
+    with pytest.raises(ValueError, match="is for dataset mnist"):
+        data.load_dataset("digits", root="/tmp")
+
+
+def test_distorted_digits_are_the_same_samples_however_the_batches_are_cut():
+    from distlab.distorted import DistortedDigits
+
+    big = DistortedDigits(100_000, seed=3)
+    idx = torch.tensor([5, 1437, 1438, 2000, 77_777, 99_999])
+    x, y = big.train_batch(idx)
+    for i, k in enumerate(idx):                           # one at a time, as another rank's batch would
+        xi, yi = big.train_batch(k.view(1))
+        assert torch.equal(xi[0], x[i]) and yi[0] == y[i]
+    assert torch.equal(DistortedDigits(5_000, seed=3).train_batch(idx[:4])[0], x[:4])   # the size does not matter
+    assert not torch.equal(DistortedDigits(100_000, seed=4).train_batch(idx[2:])[0], x[2:])   # the seed does
+
+
+def test_distorted_digits_bend_training_digits_and_never_touch_the_test_digits():
+    from distlab.distorted import DistortedDigits
+
+    real = data.load_digits()
+    d = DistortedDigits(20_000)
+    assert torch.equal(d.x_test, real.x_test) and torch.equal(d.y_test, real.y_test)
+    x, y = d.train_batch(torch.arange(0, 20_000, 7))
+    source = torch.arange(0, 20_000, 7) % real.n_train
+    assert torch.equal(y, real.y_train[source])                               # labels are kept
+    real_part = torch.arange(0, 20_000, 7) < real.n_train
+    assert torch.equal(x[real_part], real.x_train[source[real_part]])         # the first 1,438 are real
+    change = (x[~real_part] - real.x_train[source[~real_part]]).abs().flatten(1).mean(1)
+    assert (change > 0.01).float().mean() > 0.95                              # the rest are bent ...
+    assert change.mean() < 0.25 and x.min() >= 0 and x.max() <= 1            # ... but stay digits
+    train = {tuple(v.flatten().tolist()) for v in real.x_train}
+    assert not any(tuple(v.flatten().tolist()) in train for v in real.x_test)  # no test digit in the source
+
+
+def test_counter_based_random_numbers_are_uniform_and_reproducible():
+    from distlab.distorted import Distortion, uniform
+
+    u = uniform(7, torch.arange(20_000), 16)
+    assert torch.equal(u, uniform(7, torch.arange(20_000), 16))
+    assert torch.equal(u[123:124], uniform(7, torch.tensor([123]), 16))
+    assert -1 <= u.min() and u.max() < 1 and abs(u.mean()) < 0.01 and abs(u.var() - 1 / 3) < 0.01
+    assert (u[:, 0] - u[:, 1]).abs().mean() > 0.5                  # neighbours are not alike
+    with pytest.raises(ValueError, match="Distortion.alpha must be a number"):
+        Distortion(alpha=-1)

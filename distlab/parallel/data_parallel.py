@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from ..comm.cost_model import ALGORITHMS
-from ..data import check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
+from ..data import check_dataset, check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
 from ..models import build_model
 from ..processes.checks import check_int
 from ..processes.worker import Worker
@@ -30,8 +30,9 @@ from .gradient_sync import METHODS, make_sync
 from .loop import OPTIMIZERS, Strategy, check_settings, start, train_steps
 
 
-def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: int | None) -> int:
-    """The per-rank batch, from either the per-rank or the global batch size, checked."""
+def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: int | None,
+                   n: int | None = None) -> int:
+    """The per-rank batch, from either the per-rank or the global batch size, checked against ``n`` samples."""
     if (batch_size is None) == (global_batch_size is None):
         raise ValueError("give exactly one of batch_size (per rank) or global_batch_size")
     if global_batch_size is not None:
@@ -41,7 +42,7 @@ def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: i
                              f"ranks; use a multiple of {world_size}")
         batch_size = global_batch_size // world_size
     check_int("batch_size", batch_size)
-    n = load_digits().n_train
+    n = load_digits().n_train if n is None else n
     check_world_size(world_size, n)
     if steps_per_epoch(n, world_size, batch_size) == 0:
         raise ValueError(f"batch size {batch_size} per rank is larger than each rank's shard "
@@ -52,7 +53,8 @@ def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: i
 def validate_args(world_size: int, *, method: str, collective: str, model: str, width: int, batch_size,
                   global_batch_size,
                   steps: int, lr: float, dtype: str, straggler, warmup_steps: int, depth: int = 2,
-                  optimizer: str = "sgd") -> int:
+                  optimizer: str = "sgd", dataset: str = "digits", samples: int | None = None,
+                  data_root: str | None = None, evaluate_every: int = 0) -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
@@ -65,7 +67,21 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
     check_settings(world_size, model=model, width=width, steps=steps, lr=lr, dtype=dtype, straggler=straggler)
     build_model(model, 1, depth=depth)                  # a tiny one, for build_model's check of depth
-    return per_rank_batch(world_size, batch_size, global_batch_size)
+    check_int("evaluate_every", evaluate_every, minimum=0)
+    check_dataset(dataset, samples, data_root)
+    return per_rank_batch(world_size, batch_size, global_batch_size, n=train_samples(dataset, samples, data_root))
+
+
+def train_samples(dataset: str, samples: int | None, data_root: str | None) -> int:
+    """Lesson 05: how many training samples ``dataset`` gives (without making or reading them all)."""
+    if dataset == "distorted_digits":
+        return 100_000 if samples is None else samples
+    if dataset == "mnist":
+        from ..data import MNIST_FILES, MNIST_ROOT, find_mnist, read_idx
+
+        labels = read_idx(find_mnist(data_root or MNIST_ROOT)[MNIST_FILES["train"][1]])
+        return min(len(labels), samples or len(labels))
+    return min(load_digits().n_train, samples or load_digits().n_train)
 
 
 def warmup_lr(lr: float, step: int, warmup_steps: int, world_size: int) -> float:
@@ -86,7 +102,8 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
           lr: float = 0.1, seed: int = 0, record_grads_at: Sequence[int] = (0,),
           record_layers: Sequence[str] | None = None, dtype: str = "float32",
           straggler: tuple[int, float] | None = None, warmup_steps: int = 0,
-          collective: str = "dist", depth: int = 2, optimizer: str = "sgd") -> RankRecord:
+          collective: str = "dist", depth: int = 2, optimizer: str = "sgd", dataset: str = "digits",
+          samples: int | None = None, data_root: str | None = None, evaluate_every: int = 0) -> RankRecord:
     """Lesson 01: train on this rank's shard, averaging gradients with the other ranks.
 
     Returns this rank's ``RankRecord``: loss and accuracy per step, the shard, timings, the
@@ -100,20 +117,24 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
     ``"parameter_server"``, ``"ring"`` or ``"tree"`` with the hand-written ``comm.collectives``.
     ``depth``: the MLP's hidden layers (lesson 07 compares data parallelism with tensor
     parallelism on the depth-3 MLP).  ``optimizer`` (lesson 08): ``"sgd"``, ``"momentum"`` or
-    ``"adam"``.
+    ``"adam"``.  ``dataset``, ``samples``, ``data_root`` (lesson 05): the data (``data.load_dataset``;
+    distorted digits are made on the rank, its own mini-batches only); ``evaluate_every=k``: test
+    accuracy every k steps into ``record.evaluations`` (lesson 05's time to accuracy).
     """
     world, rank = worker.world_size, worker.rank
-    b = per_rank_batch(world, batch_size, global_batch_size)
+    b = per_rank_batch(world, batch_size, global_batch_size, n=train_samples(dataset, samples, data_root))
     run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=method,
                 config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr, seed=seed,
                             dtype=dtype, straggler=straggler, warmup_steps=warmup_steps,
-                            collective=collective, depth=depth, optimizer=optimizer), depth=depth,
-                optimizer=optimizer)
+                            collective=collective, depth=depth, optimizer=optimizer, dataset=dataset,
+                            samples=samples, data_root=data_root), depth=depth,
+                optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root)
     n = run.data.n_train
     return train_steps(run, make_sync(method, worker, collective), steps,
                        lambda step: rank_batch(n, rank, world, b, step, seed=seed),
                        lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world),
-                       straggler=straggler, record_grads_at=record_grads_at, layers=record_layers)
+                       straggler=straggler, record_grads_at=record_grads_at, layers=record_layers,
+                       evaluate_every=evaluate_every)
 
 
 train.validate_args = validate_args   # distlab.launch calls it before starting any process
@@ -123,7 +144,9 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
                  batch_size: int | None = None, global_batch_size: int | None = None,
                  steps: int = 50, lr: float = 0.1, seed: int = 0, record_grads_at=(0,),
                  record_layers=None, dtype: str = "float32", device: str = "cpu",
-                 warmup_steps: int = 0, depth: int = 2, optimizer: str = "sgd") -> RankRecord:
+                 warmup_steps: int = 0, depth: int = 2, optimizer: str = "sgd", dataset: str = "digits",
+                 samples: int | None = None, data_root: str | None = None,
+                 evaluate_every: int = 0) -> RankRecord:
     """Lesson 01: the reference, one process at the global batch that ``world_size`` ranks share.
 
     Runs in the calling process, as a ``Worker`` of its own with no job, through the same
@@ -136,17 +159,19 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
     b = validate_args(world_size, method="by_hand", collective="dist", model=model, width=width,
                       batch_size=batch_size,
                       global_batch_size=global_batch_size, steps=steps, lr=lr, dtype=dtype,
-                      straggler=None, warmup_steps=warmup_steps, depth=depth, optimizer=optimizer)
+                      straggler=None, warmup_steps=warmup_steps, depth=depth, optimizer=optimizer,
+                      dataset=dataset, samples=samples, data_root=data_root, evaluate_every=evaluate_every)
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device(device))
     run = start(alone, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method="single",
                 config=dict(model=model, width=width, batch_size=b * world_size, steps=steps, lr=lr,
                             seed=seed, dtype=dtype, mimics_world_size=world_size,
-                            warmup_steps=warmup_steps, depth=depth, optimizer=optimizer), shard=(0, 1),
-                depth=depth, optimizer=optimizer)
+                            warmup_steps=warmup_steps, depth=depth, optimizer=optimizer, dataset=dataset,
+                            samples=samples, data_root=data_root), shard=(0, 1),
+                depth=depth, optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root)
     n = run.data.n_train
     return train_steps(run, Strategy(), steps, lambda step: global_batch(n, world_size, b, step, seed=seed),
                        lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world_size),
-                       record_grads_at=record_grads_at, layers=record_layers)
+                       record_grads_at=record_grads_at, layers=record_layers, evaluate_every=evaluate_every)
 
 
 def train_both_methods(worker, **config) -> dict:

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import Checkpointer
-from ..data import load_digits, shard_indices
+from ..data import load_dataset, shard_indices
 from ..faults import maybe_fail
 from ..metrics import MetricsLog
 from ..models import DTYPES, MODELS, build_model
@@ -76,14 +76,21 @@ class Run:
 
     worker: object                 # a processes.worker.Worker
     data: object                   # data.Digits, on the CPU
-    x: torch.Tensor                # the training images, on the worker's device
-    y: torch.Tensor
+    x: torch.Tensor | None         # the training images, on the worker's device (None: made
+    y: torch.Tensor | None         # batch by batch, lesson 05's distorted digits)
     model: torch.nn.Module         # the plain model (its parameters are the record's)
     net: torch.nn.Module           # what the forward pass calls: the model, or a wrapper (DDP)
     optimizer: torch.optim.Optimizer
     record: RankRecord
     loss: float = float("nan")       # the current step's mini-batch loss and accuracy, set by
     accuracy: float = float("nan")   # the loop after backward (asynchronous SGD sends them on)
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The images and labels of samples ``idx``: from memory, or made now (lesson 05's distorted digits)."""
+        if self.x is not None:
+            return self.x[idx], self.y[idx]
+        x, y = self.data.train_batch(idx)
+        return x.to(self.worker.device), y.to(self.worker.device)
 
 
 OPTIMIZERS = {   # lesson 08: what an optimizer keeps per parameter is what ZeRO shards
@@ -102,19 +109,25 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
 
 def start(worker, *, model: str, width: int, lr: float, seed: int, dtype: str, method: str,
           config: dict, shard: tuple[int, int] | None = None, depth: int = 2,
-          optimizer: str = "sgd") -> Run:
+          optimizer: str = "sgd", dataset: str = "digits", samples: int | None = None,
+          data_root: str | None = None) -> Run:
     """Lesson 01: load the data, build the model from ``seed``, make the optimizer and the record.
 
     ``shard=(position, of)`` says whose share of the data this rank trains on (default: its
     own rank among all ranks); the record keeps those sample indices.  ``optimizer``
-    (lesson 08): plain ``"sgd"`` unless told otherwise.
+    (lesson 08): plain ``"sgd"`` unless told otherwise.  ``dataset``, ``samples``, ``data_root``
+    (lesson 05): which data (``data.load_dataset``); distorted digits are made batch by batch
+    (``Run.batch``), so ``Run.x`` and ``Run.y`` are None for them.
     """
-    data = load_digits(dtype=DTYPES[dtype])
-    net = build_model(model, width, seed=seed, dtype=DTYPES[dtype], depth=depth).to(worker.device)
+    data = load_dataset(dataset, samples, seed=seed, root=data_root, dtype=DTYPES[dtype])
+    net = build_model(model, width, seed=seed, dtype=DTYPES[dtype], depth=depth,
+                      side=data.side).to(worker.device)
     position, of = shard or (worker.rank, worker.world_size)
     record = RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device),
                         config=config, shard=shard_indices(data.n_train, position, of, seed=seed))
-    return Run(worker, data, data.x_train.to(worker.device), data.y_train.to(worker.device), net, net,
+    in_memory = hasattr(data, "x_train")
+    return Run(worker, data, data.x_train.to(worker.device) if in_memory else None,
+               data.y_train.to(worker.device) if in_memory else None, net, net,
                make_optimizer(optimizer, net.parameters(), lr), record)
 
 
@@ -141,7 +154,7 @@ class Strategy:
 
 
 def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=None, straggler=None,
-                record_grads_at=(), layers=None) -> RankRecord:
+                record_grads_at=(), layers=None, evaluate_every: int = 0) -> RankRecord:
     """Lesson 01: ``steps`` training steps of ``run`` with ``strategy``; returns the finished record.
 
     ``batch_at(step)`` gives the sample indices of this rank's mini-batch; ``lr_at(step)`` the
@@ -154,6 +167,10 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
     when the job keeps checkpoints (``worker.checkpoint``) the loop first resumes from the newest
     one and saves one every few steps (``checkpoint.Checkpointer``); ``faults.maybe_fail`` breaks
     the rank mid-step when the job asked for a failure on purpose.
+
+    Lesson 05: ``evaluate_every=k`` measures test accuracy after every k-th step and appends
+    ``(step, training seconds so far, accuracy)`` to ``record.evaluations``; the seconds leave out
+    the evaluations themselves, so the clock is the training's.
     """
     worker, record, k = run.worker, run.record, strategy.accumulate
     strategy.prepare(run)
@@ -161,9 +178,12 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
     layers = names if layers is None else list(layers)
     book = Logbook(worker, record, run.model, run.optimizer, steps)
     t_first = time.time()
+    x_test = y_test = None
+    if evaluate_every:
+        x_test, y_test = run.data.x_test.to(worker.device), run.data.y_test.to(worker.device)
     for step in range(book.first, steps):
         idx = batch_at(step).to(worker.device)
-        x, y = run.x[idx], run.y[idx]
+        x, y = run.batch(idx)
         wanted = step in record_grads_at
         # DDP and Horovod average inside backward: compute this rank's own gradient on the side
         local = own_gradients(run.model, x, y, layers) if wanted and strategy.in_backward else None
@@ -195,6 +215,10 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
         book.step_done(step + 1, loss=run.loss, accuracy=run.accuracy, samples=len(idx),
                        step_seconds=t_end - t_start, comm_seconds=comm[1] - comm[0] if comm else None)
         worker.progress(step + 1, steps, loss=run.loss)
+        if evaluate_every and (step + 1) % evaluate_every == 0:
+            t_eval = time.time()
+            record.evaluations.append((step + 1, t_eval - t_first, evaluate(run.model, x_test, y_test)))
+            t_first += time.time() - t_eval           # the training clock stops while it evaluates
     record.wall_time = time.time() - t_first
     finish(run)
     book.close(record.test_accuracy)
