@@ -19,7 +19,8 @@ examples:
   distlab run run.yaml --node-rank 1              this node's share of a multi-node run
   distlab job slurm run.yaml -o job.sbatch        a SLURM batch script for the same run
   distlab job azureml run.yaml -o job.yml         an Azure ML command job
-  distlab job k8s run.yaml --image REGISTRY/distlab:0.1 -o pytorchjob.yaml
+  distlab job k8s run.yaml --set launch.image=REGISTRY/distlab:0.1 -o pytorchjob.yaml
+  distlab job vertex run.yaml --set launch.image=REGISTRY/distlab:0.1 -o vertex_job.yaml
   distlab monitor runs/run                        follow a running job's ranks from another terminal
   distlab monitor runs/run --once                 one look at it: a line per rank, one for the job
   distlab doctor                                  what this machine has and which backends work
@@ -52,12 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("job", help="write a ready-to-submit cluster job for a run config",
                        description="Write a job file that runs CONFIG on a cluster: an Azure ML command job, a "
-                                   "SLURM batch script, or a Kubernetes PyTorchJob (Kubeflow).")
-    p.add_argument("target", help="azureml, slurm or k8s")
+                                   "SLURM batch script, a Kubernetes PyTorchJob (Kubeflow) or a Vertex AI custom "
+                                   "job. The container clouds (azureml, k8s, vertex) run launch.image: build it "
+                                   "from docker/Dockerfile, push it, and set it in the config or with --set.")
+    p.add_argument("target", help="azureml, slurm, k8s or vertex")
     p.add_argument("config")
     overrides(p)
     p.add_argument("-o", "--output", help="where to write it (default: print it)")
-    p.add_argument("--image", default="distlab:latest", help="container image (k8s, azureml)")
+    p.add_argument("--machine-type", help="vertex: each node's machine (default: a3-highgpu-Ng for N GPUs, "
+                                          "n1-standard-K for CPU ranks)")
+    p.add_argument("--accelerator-type", help="vertex: the GPU kind, e.g. NVIDIA_H200_141GB (default NVIDIA_H100_80GB)")
 
     p = sub.add_parser("monitor", help="follow a job from its run folder: each rank's step, loss, speed",
                        description="Read the metrics files the ranks of a job append to (metrics_<rank>.jsonl in "
@@ -131,12 +136,19 @@ def cmd_job(args) -> int:
     # the job runs from the folder it is submitted from: name the config relative to it
     relative = os.path.relpath(args.config)
     config_file = relative if not relative.startswith("..") else os.path.basename(args.config)
-    text = job_files.TARGETS[args.target](config, config_file=config_file, image=args.image)
+    machine = {"machine_type": args.machine_type, "accelerator_type": args.accelerator_type}
+    if args.target == "vertex":
+        text = job_files.vertex(config, config_file=config_file, **machine)
+    elif any(machine.values()):
+        raise ConfigError(f"--machine-type and --accelerator-type are Vertex AI's (distlab job vertex); "
+                          f"a {args.target} job's machines are chosen by its cluster")
+    else:
+        text = job_files.TARGETS[args.target](config, config_file=config_file)
     if args.output:
         with open(args.output, "w") as f:
             f.write(text)
         print(f"distlab job: wrote {args.output} ({args.target}); submit it with: "
-              f"{job_files.SUBMIT[args.target].format(path=args.output)}")
+              f"{job_files.SUBMIT[args.target].format(path=args.output, name=config.logging.name)}")
     else:
         print(text, end="")
     return 0

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .config_text import ConfigError, apply_override, dump_toml, explain
+
+# REGISTRY/PATH:TAG or REGISTRY/PATH@sha256:DIGEST (lesson 09: what a cluster can pull)
+IMAGE = re.compile(r"^[a-z0-9][a-z0-9.:-]*/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]*|@sha256:[0-9a-f]{64})$")
+
 
 
 class Section(BaseModel):
@@ -88,6 +93,20 @@ class Launch(Section):
     ssh_identity_file: str | None = Field(None, description="the ssh key horovodrun uses (none: ssh's default)")
     max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts every rank this many times at most "
                                                           "when one fails (lesson 10: they resume from a checkpoint)")
+
+    image: str | None = Field(None, description="the container image cloud jobs run (distlab job azureml, k8s, "
+                                                "vertex): REGISTRY/distlab:TAG, built from docker/Dockerfile and "
+                                                "pushed where the cluster can pull it (lesson 09)")
+
+    @field_validator("image")
+    @classmethod
+    def _pullable(cls, image):
+        """Lesson 09: a cloud pulls an image by its full path: a registry (or a repository on one) and a tag."""
+        if image is not None and not IMAGE.match(image):
+            raise ValueError(f"launch.image {image!r} is no image a cloud can pull: give REGISTRY/REPOSITORY:TAG, e.g. "
+                             "europe-west4-docker.pkg.dev/PROJECT/distlab/distlab:0.1 (build it from "
+                             "docker/Dockerfile and push it there first)")
+        return image
 
     @property
     def world_size(self) -> int:

@@ -104,3 +104,21 @@ def test_the_report_reads_whole_error_files_only(tmp_path):
     out = io.StringIO()
     assert run._report(c, str(tmp_path), 1, 0.5, str(tmp_path / "launcher.log"), out) == 1
     assert "rank 1 failed: ValueError: boom" in out.getvalue() and "rank 0" not in out.getvalue()
+
+
+def test_job_names_every_target_and_vertex_takes_its_machine(tmp_path):
+    """`distlab job` lists its four targets; Vertex AI's machine and GPU come from the command line."""
+    import yaml
+
+    helped = distlab_cli("job", "--help")
+    assert helped.returncode == 0 and "azureml, slurm, k8s or vertex" in helped.stdout
+    path = small(tmp_path, device="cuda", processes_per_node=8, image="registry.example/distlab:0.1")
+    out = distlab_cli("job", "vertex", path, "--set", "training.global_batch_size=64",
+                      "--machine-type", "a3-ultragpu-8g", "--accelerator-type", "NVIDIA_H200_141GB")
+    assert out.returncode == 0, out.stderr
+    machine = yaml.safe_load(out.stdout)["workerPoolSpecs"][0]["machineSpec"]
+    assert machine == {"machineType": "a3-ultragpu-8g", "acceleratorType": "NVIDIA_H200_141GB",
+                       "acceleratorCount": 8}
+    cpu = distlab_cli("job", "vertex", path, "--set", "launch.device=cpu", "--set", "training.global_batch_size=64",
+                      "--accelerator-type", "NVIDIA_H200_141GB")
+    assert cpu.returncode == 2 and "launch.device is not cuda" in cpu.stderr

@@ -3,7 +3,10 @@
 Azure ML's command job goes through the official `azure-ai-ml` package's `load_job` (no workspace
 or network needed); the SLURM script through `bash -n` and then for real, with `srun` and
 `scontrol` standing in for SLURM's on one node; the Kubernetes PyTorchJob through Kubeflow's own
-schema for it (tests/data, from the training operator's CRD).
+schema for it (tests/data, from the training operator's CRD); the Vertex AI custom job through
+`google-cloud-aiplatform`'s own CustomJobSpec type (its protobuf parser refuses unknown fields and
+unknown machine or accelerator names), and its container's command run for real on one node
+with a CLUSTER_SPEC like Vertex's.
 """
 import json
 import os
@@ -17,14 +20,16 @@ import yaml
 
 from distlab import job_files
 from distlab.config import ConfigError, RunConfig
+from distlab.processes import vertex_node
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "distlab.cli"]
+IMAGE = "registry.example/distlab:0.1"
 
 
 def config(**sections):
     data = {"model": {"width": 16}, "training": {"steps": 4, "global_batch_size": 32},
-            "launch": {"processes_per_node": 2, "port": 29671}}
+            "launch": {"processes_per_node": 2, "port": 29671, "image": IMAGE}}
     for key, value in sections.items():
         data.setdefault(key, {}).update(value)
     return RunConfig.parse(data)
@@ -50,6 +55,7 @@ def test_the_azureml_job_loads_with_the_official_sdk(tmp_path, backend, distribu
     assert job.distribution.process_count_per_instance == 4
     assert job.resources.instance_count == 3
     assert job.command == "python -m distlab.processes.config_rank run.yaml"
+    assert job.environment.image == IMAGE
 
 
 def test_load_job_is_a_real_check(tmp_path):
@@ -125,8 +131,10 @@ SCHEMA = strict(json.loads((ROOT / "tests" / "data" / "kubeflow_pytorchjob_v1.sc
 @pytest.mark.parametrize("nodes", [1, 4])
 def test_the_pytorchjob_matches_kubeflows_schema(nodes):
     c = config(launch={"nodes": nodes}, logging={"name": "Handwriting_DDP"})
-    configmap, job = yaml.safe_load_all(job_files.k8s(c, image="registry.example/distlab:0.1"))
+    configmap, job = yaml.safe_load_all(job_files.k8s(c))
     jsonschema.validate(job, SCHEMA)
+    assert {p["template"]["spec"]["containers"][0]["image"] for p in job["spec"]["pytorchReplicaSpecs"].values()} \
+        == {IMAGE}
     assert job["metadata"]["name"] == "handwriting-ddp"
     specs = job["spec"]["pytorchReplicaSpecs"]
     assert specs["Master"]["replicas"] == 1 and specs.get("Worker", {"replicas": 0})["replicas"] == nodes - 1
@@ -151,4 +159,131 @@ def test_unsupported_targets_and_backends_are_refused(tmp_path):
         job_files.k8s(config(launch={"backend": "horovod"}))
     write_config(tmp_path, config())
     out = subprocess.run([*CLI, "job", "lsf", "run.yaml"], cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 2 and "no job target 'lsf': choose one of azureml, slurm, k8s" in out.stderr
+    assert out.returncode == 2 and "no job target 'lsf': choose one of azureml, slurm, k8s, vertex" in out.stderr
+    out = subprocess.run([*CLI, "job", "slurm", "run.yaml", "--machine-type", "a3-highgpu-8g"], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "--machine-type and --accelerator-type are Vertex AI's" in out.stderr
+
+
+# ---------------------------------------------------------------- the image a cloud pulls
+
+@pytest.mark.parametrize("target", ["azureml", "k8s", "vertex"])
+def test_a_container_job_needs_an_image_a_cloud_can_pull(tmp_path, target):
+    """No default image: `distlab:latest` exists only where it was built, and a cloud cannot pull it."""
+    c = config()
+    c.launch.image = None
+    write_config(tmp_path, c)
+    out = subprocess.run([*CLI, "job", target, "run.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 2 and not out.stdout
+    assert f"distlab job {target} needs launch.image" in out.stderr and "docker/Dockerfile" in out.stderr
+    with_image = subprocess.run([*CLI, "job", target, "run.yaml", "--set", f"launch.image={IMAGE}"], cwd=tmp_path,
+                                capture_output=True, text=True)
+    assert with_image.returncode == 0 and IMAGE in with_image.stdout, with_image.stderr
+    for unpullable in ("distlab:latest", "registry.example/distlab"):
+        with pytest.raises(ConfigError, match="is no image a cloud can pull"):
+            RunConfig.parse({"launch": {"image": unpullable}})
+
+
+def test_slurm_says_it_runs_no_image():
+    assert f"# launch.image ({IMAGE}) is for the container clouds" in job_files.slurm(config())
+    c = config()
+    c.launch.image = None
+    assert "launch.image" not in job_files.slurm(c)
+
+
+def test_the_dockerfile_copies_what_exists_and_imports_what_the_jobs_run():
+    text = (ROOT / "docker" / "Dockerfile").read_text()
+    copied = [line.split()[1:-1] for line in text.splitlines() if line.startswith("COPY ")]
+    assert copied and all((ROOT / p).exists() for paths in copied for p in paths)
+    for module in ("distlab.processes.config_rank", "distlab.processes.vertex_node"):
+        assert module in text and (ROOT / (module.replace(".", "/") + ".py")).exists()
+
+
+# ---------------------------------------------------------------- Vertex AI
+
+def vertex_spec(text: str):
+    """The job file read by google-cloud-aiplatform's own type (unknown fields and names raise)."""
+    from google.cloud.aiplatform_v1.types import CustomJobSpec
+
+    return CustomJobSpec.from_json(json.dumps(yaml.safe_load(text)))
+
+
+@pytest.mark.parametrize("nodes,device,machine,accelerator", [(1, "cpu", "n1-standard-4", None),
+                                                              (3, "cuda", "a3-highgpu-4g", "NVIDIA_H100_80GB")])
+def test_the_vertex_job_loads_with_aiplatforms_own_types(tmp_path, nodes, device, machine, accelerator):
+    c = config(launch={"nodes": nodes, "processes_per_node": 4, "device": device}, training={"global_batch_size": 48})
+    write_config(tmp_path, c)
+    out = subprocess.run([*CLI, "job", "vertex", "run.yaml", "-o", "job.yaml"], cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert "gcloud ai custom-jobs create --region=REGION --display-name=run --config=job.yaml" in out.stdout
+    spec = vertex_spec((tmp_path / "job.yaml").read_text())
+    pools = spec.worker_pool_specs
+    assert [p.replica_count for p in pools] == ([1, nodes - 1] if nodes > 1 else [1])
+    for pool in pools:
+        assert pool.machine_spec.machine_type == machine
+        if accelerator:
+            assert pool.machine_spec.accelerator_type.name == accelerator and pool.machine_spec.accelerator_count == 4
+        else:
+            assert pool.machine_spec.accelerator_count == 0
+        container = pool.container_spec
+        assert container.image_uri == IMAGE
+        assert list(container.command) == ["python", "-m", "distlab.processes.vertex_node"]
+        env = {e.name: e.value for e in container.env}
+        assert RunConfig.parse(yaml.safe_load(env["DISTLAB_RUN_CONFIG"])) == c       # the whole config travels
+
+
+def test_the_aiplatform_check_bites():
+    text = job_files.vertex(config(launch={"device": "cuda"}))
+    from google.protobuf.json_format import ParseError
+
+    with pytest.raises(ParseError, match="replicas"):
+        vertex_spec(text.replace("replicaCount", "replicas"))
+    with pytest.raises(ParseError, match="NVIDIA_H101"):
+        vertex_spec(text.replace("NVIDIA_H100_80GB", "NVIDIA_H101"))
+    h200 = vertex_spec(job_files.vertex(config(launch={"device": "cuda", "processes_per_node": 8}),
+                                        machine_type="a3-ultragpu-8g", accelerator_type="NVIDIA_H200_141GB"))
+    assert h200.worker_pool_specs[0].machine_spec.accelerator_type.name == "NVIDIA_H200_141GB"
+    with pytest.raises(ConfigError, match="no A3 machine has 3 GPUs"):
+        job_files.vertex(config(launch={"device": "cuda", "processes_per_node": 3}, training={"global_batch_size": 30}))
+    with pytest.raises(ConfigError, match="would need ssh"):
+        job_files.vertex(config(launch={"backend": "horovod"}))
+
+
+def cluster_spec(pool: str, index: int, workers: int = 0) -> dict:
+    """A CLUSTER_SPEC as Vertex AI sets it on a replica (one primary, ``workers`` more)."""
+    return {"cluster": {"workerpool0": ["cmle-training-workerpool0-ab12-0:2222"],
+                        **({"workerpool1": [f"cmle-training-workerpool1-ab12-{i}:2222" for i in range(workers)]}
+                           if workers else {})},
+            "environment": "cloud", "task": {"type": pool, "index": index}}
+
+
+def test_each_vertex_replica_knows_its_node():
+    text = yaml.safe_dump(config(launch={"nodes": 3}, training={"global_batch_size": 36}).model_dump())
+    primary, rank = vertex_node.node_config(text, cluster_spec("workerpool0", 0, workers=2))
+    assert rank == 0 and primary.launch.hosts[0] == "cmle-training-workerpool0-ab12-0"
+    second, rank = vertex_node.node_config(text, cluster_spec("workerpool1", 1, workers=2))
+    assert rank == 2 and second.launch.hosts == primary.launch.hosts
+    assert second.launch.hosts[2] == "cmle-training-workerpool1-ab12-1"
+    with pytest.raises(ConfigError, match="the job has 2 replicas but launch.nodes is 3"):
+        vertex_node.node_config(text, cluster_spec("workerpool1", 0, workers=1))
+    with pytest.raises(ConfigError, match="worker pools 0 .node 0. and 1 only"):
+        vertex_node.node_config(text, cluster_spec("workerpool2", 0, workers=2))
+    with pytest.raises(ConfigError, match="is this a Vertex AI custom job"):
+        vertex_node.node_config(text, {"cluster": {}})
+
+
+def test_the_vertex_container_trains_on_one_node(tmp_path):
+    """The job's container command, with its own environment and a CLUSTER_SPEC like Vertex's, trains."""
+    c = config(logging={"dir": str(tmp_path / "runs"), "name": "vertex"}, launch={"port": 29673})
+    container = vertex_spec(job_files.vertex(c)).worker_pool_specs[0].container_spec
+    spec = {"cluster": {"workerpool0": ["127.0.0.1:2222"]}, "task": {"type": "workerpool0", "index": 0}}
+    env = {**os.environ, **{e.name: e.value for e in container.env}, "CLUSTER_SPEC": json.dumps(spec)}
+    command = [sys.executable if a == "python" else a for a in container.command]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = sorted(p.name for p in (tmp_path / "runs" / "vertex").glob("record_*.pt"))
+    assert records == ["record_0.pt", "record_1.pt"]
+    missing = subprocess.run(command, cwd=tmp_path, env={k: v for k, v in env.items() if k != "CLUSTER_SPEC"},
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2 and "CLUSTER_SPEC and DISTLAB_RUN_CONFIG must be set" in missing.stderr
