@@ -62,3 +62,38 @@ def phase_totals(spans: list[dict]) -> dict[str, tuple[int, float]]:
         totals[s["phase"]][0] += 1
         totals[s["phase"]][1] += s["microseconds"] / 1000
     return {phase: (n, ms) for phase, (n, ms) in sorted(totals.items())}
+
+
+def read_ready(path: str) -> list[dict]:
+    """Lesson 10: when each rank said a tensor was ready, ``{"tensor", "rank", "start_us"}``.
+
+    Inside a ``NEGOTIATE_*`` phase, rank 0 (Horovod's coordinator) marks each rank's "ready" as
+    an instant event named by that rank's number: the phase ends at the last of them, so the gap
+    between the first and the last mark is time the early ranks spent waiting."""
+    names, ready = {}, []
+    for event in load_events(path):
+        kind, pid = event.get("ph"), event.get("pid")
+        if kind == "M" and "name" in event.get("args", {}):
+            names[pid] = event["args"]["name"]
+        elif kind == "X" and str(event.get("name", "")).isdigit():
+            ready.append({"tensor": names.get(pid, str(pid)), "rank": int(event["name"]), "start_us": event["ts"]})
+    return sorted(ready, key=lambda r: r["start_us"])
+
+
+def rounds(spans: list[dict], ready: list[dict] = ()) -> list[list[dict]]:
+    """Lesson 10: the spans and ready marks cut into rounds, in the order they ran: every
+    tensor's first broadcast (the parameters, at the start), then its first all-reduce (step 1),
+    its second (step 2), ...  A ready mark joins the negotiation it falls in (``phase="ready"``)."""
+    count: dict[str, int] = defaultdict(int)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for s in spans:                                   # in the order they began
+        if s["phase"].startswith("NEGOTIATE_"):
+            count[s["tensor"]] += 1
+        groups[s["tensor"].split(".")[0], count[s["tensor"]]].append(s)
+    for mark in ready:
+        for items in groups.values():
+            if any(s["tensor"] == mark["tensor"] and s["phase"].startswith("NEGOTIATE_")
+                   and s["start_us"] <= mark["start_us"] <= s["start_us"] + s["microseconds"] for s in items):
+                items.append(dict(mark, phase="ready"))
+                break
+    return [groups[k] for k in sorted(groups, key=lambda k: min(s["start_us"] for s in groups[k]))]

@@ -3,7 +3,10 @@
 #
 # **Goal of this lesson.** The insurance company's training now runs for hours on a cluster
 # (lesson 09). On one machine a crash is rare; on hundreds it is a matter of when. A job that
-# cannot survive it starts over, and pays for every hour again. By the end of this lesson you can:
+# cannot survive it starts over, and pays for every hour again.
+
+# %% [markdown]
+# By the end of this lesson you can:
 #
 # 1. say why failures become *normal* as a job grows, with a little arithmetic;
 # 2. **watch** a running job from outside: loss, throughput, each rank's step, who is behind;
@@ -27,6 +30,8 @@ import distlab
 from distlab import checkpoint, exercises_failure, horovod_timeline, run
 from distlab import config as run_config
 from distlab.parallel import data_parallel, horovod_elastic
+from distlab.widgets.display import show
+from distlab.widgets.horovod import timeline_figure
 from distlab.widgets.monitor import monitor
 
 WORK = tempfile.mkdtemp(prefix="distlab-lesson10-")      # this lesson's configs, runs and checkpoints
@@ -48,18 +53,27 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 years_between_failures = 3            # an assumption: one machine's mean time between failures
 job_hours = 24                        # an assumption: how long the training runs
 
+
+
+def chance_of_failure(machines, hours_run):
+    """At least one failure among ``machines`` in ``hours_run`` hours, failures arriving at random (Poisson)."""
+    return 1 - math.exp(-hours_run * machines / (years_between_failures * 365 * 24))
+
+
 for machines in (1, 8, 64, 512):
     hours = years_between_failures * 365 * 24 / machines        # the job's mean time between failures
-    chance = 1 - math.exp(-job_hours / hours)            # failures arrive at random (Poisson)
     print(f"{machines:4d} machines: a failure every {hours:7.0f} h; "
-          f"chance of at least one in {job_hours} h: {chance:6.1%}")
+          f"chance of at least one in {job_hours} h: {chance_of_failure(machines, job_hours):6.1%}")
+print(f"512 machines for a week ({7 * 24} h): {chance_of_failure(512, 7 * 24):6.1%}")
 
 # %% [markdown]
-# On one machine a day-long job almost never fails; on 512 it almost never finishes, unless it
-# can carry on after a failure. That takes two things: **checkpoints** (the job's whole state,
+# On one machine a day-long job almost never fails. On 512 machines a failure within the day is
+# no longer an exception (the chance is printed above), and a week-long run almost never
+# finishes without one. Such a job has to carry on after a failure. That takes two things: **checkpoints** (the job's whole state,
 # saved now and then) and a launcher that **restarts** the workers, which then resume from the
 # last checkpoint. torchrun does the second with `--max-restarts`; distlab does the first.
-#
+
+# %% [markdown]
 # ## 2. A long run, watched from outside
 #
 # Here is a run config (lesson 09) for a longer data-parallel training: 800 steps of the MLP,
@@ -90,21 +104,23 @@ print(open(path).read().split("parallel:")[0])    # the model and training secti
 # %% tags=["nbval-ignore-output"]
 job = run.start(path)                  # distlab run long.yaml, in the background
 watch = monitor(run_dir)               # follows the files until the job ends; the cell is free meanwhile
+watch                                  # shown here, redrawn while the job runs
 
 # %% [markdown]
 # **Predict.** In a moment we kill rank 1 with `SIGKILL`, as the out-of-memory killer or a lost
 # machine would: no warning, no clean-up. What does rank 0 do, waiting for rank 1 in the next
 # all-reduce? What does torchrun do? From which step does training continue, and is anything lost?
 #
-# We wait until both ranks are past step 300, read rank 1's process id from its metrics file
-# (its `start` line), and kill it.
+# We wait until both ranks are past step 310, ten steps after the checkpoint of step 300, read
+# rank 1's process id from its metrics file (its `start` line), and kill it.
 
 # %% tags=["nbval-ignore-output"]
-status = watch.wait_until(lambda s: s.min_step >= 300, timeout=120)
+status = watch.wait_until(lambda s: s.min_step >= 310, timeout=300)
 victim = status.ranks[1]
 os.kill(victim.pid, signal.SIGKILL)
 killed_at = time.time()
-print(f"killed rank 1 (pid {victim.pid}) at step {victim.step}; its last checkpoint was at step {victim.checkpoint}")
+print(f"killed rank 1 (pid {victim.pid}); when we looked, its file said step {victim.step} and its last "
+      f"checkpoint step {victim.checkpoint}")
 
 # %% [markdown]
 # ## 3. The job comes back
@@ -112,7 +128,7 @@ print(f"killed rank 1 (pid {victim.pid}) at step {victim.step}; its last checkpo
 # Rank 0's all-reduce fails at once (its peer's connection closed). torchrun's agent sees a
 # worker die, stops the others, and, with a restart left, starts **every** rank again: a new
 # *life* of the same job. Each new rank finds the newest checkpoint that every rank finished
-# saving, loads it, and carries on from there. The monitor shows it as a dotted line: the
+# saving, loads it, and carries on from there. The monitor above shows it as a dotted line: the
 # steps after that checkpoint were lost and are trained again.
 
 # %%
@@ -125,14 +141,24 @@ print("every rank finished all 800 steps:", all(r.step == 800 for r in final.ran
 print("resumed from a checkpoint (a multiple of 100):", all(r.resumed_from % 100 == 0 for r in final.ranks))
 assert code == 0 and final.state == "finished" and all(r.restarts == 1 for r in final.ranks)
 
+# %% [markdown]
+# The same monitor, shown again now that the job is over: both ranks' losses, the restart's
+# dotted line at the checkpoint they went back to, and every rank at its last step.
+
+# %% tags=["nbval-ignore-output"]
+watch
+
 # %% tags=["nbval-ignore-output"]
 rank1 = final.ranks[1]
 lives = [json.loads(line) for line in open(os.path.join(run_dir, "metrics_1.jsonl")) if '"start"' in line]
 back = lives[-1]["time"] - killed_at
-print(f"rank 1 reached step {rank1.resumed_from + rank1.lost_steps}, went back to step {rank1.resumed_from}: "
-      f"{rank1.lost_steps} steps trained twice")
+reached, resumed_from = rank1.resumed_from + rank1.lost_steps, rank1.resumed_from   # from its metrics file
+assert reached >= victim.step
+later = f" ({reached - victim.step} more after we looked: it trained on while the kill was on its way)"
+print(f"rank 1's file: it reached step {reached} before it died{later if reached > victim.step else ''}, "
+      f"went back to step {resumed_from}: {rank1.lost_steps} steps trained twice")
 print(f"{back:.1f} s from the kill to the new rank 1 starting (torchrun noticed, stopped rank 0, "
-      "started both again; most of it is Python importing PyTorch)")
+      "started both again, and each imported PyTorch)")
 
 # %% [markdown]
 # **The check that matters.** Did the job end where it would have without the failure? We train
@@ -152,13 +178,14 @@ print(f"largest difference: {difference:.3g}")   # 0 here: the same sums in the 
 # %%
 from distlab import course_results
 
-course_results.remember("10", steps_redone=rank1.lost_steps, resumed_from=rank1.resumed_from,  # for lesson 11
-                        seconds_to_restart=back, largest_difference=difference)
+course_results.remember("10", steps_redone=rank1.lost_steps, resumed_from=resumed_from, reached=reached,
+                        seconds_to_restart=back, largest_difference=difference)   # for lesson 11
 
 # %% [markdown]
 # The difference is zero, not just small: after a restart the ranks load every number the
 # training depends on, so they compute exactly what the uninterrupted ranks computed.
-#
+
+# %% [markdown]
 # ## 4. What a checkpoint holds, and why loading one must never run code
 #
 # To resume *exactly* a rank needs more than the weights: the optimizer's state (Adam's two
@@ -249,8 +276,8 @@ print(sorted(os.listdir(os.path.join(run_dir, "tensorboard"))))
 # Horovod records its own **timeline** when asked (`logging.horovod_timeline: true`): for every
 # gradient, when the ranks agreed it was ready (`NEGOTIATE_ALLREDUCE`: time spent here is time
 # spent waiting for the slowest rank), when it was packed into the fusion buffer, and how long
-# the transfer (`GLOO_ALLREDUCE`) took. Rank 0 writes it as a Chrome trace: open it in
-# `chrome://tracing` or ui.perfetto.dev, or read it:
+# the transfer (`GLOO_ALLREDUCE`) took. Rank 0 writes it as a Chrome trace, which we read and
+# draw below (`chrome://tracing` or ui.perfetto.dev open the same file, zoomable).
 
 # %%
 hvd_path = os.path.join(WORK, "horovod.yaml")
@@ -259,20 +286,29 @@ run_config.RunConfig.parse({
     "launch": {"backend": "horovod", "processes_per_node": 2},
     "logging": {"dir": os.path.join(WORK, "runs"), "name": "horovod", "horovod_timeline": True}}).save(hvd_path)
 hvd_run = subprocess.run([sys.executable, "-m", "distlab.cli", "run", hvd_path], capture_output=True, text=True)
-spans = horovod_timeline.read_timeline(os.path.join(WORK, "runs", "horovod", "horovod_timeline.json"))
-phases = horovod_timeline.phase_totals(spans)
+trace = os.path.join(WORK, "runs", "horovod", "horovod_timeline.json")
+phases = horovod_timeline.phase_totals(horovod_timeline.read_timeline(trace))
 print("phases recorded:", ", ".join(p for p in ("NEGOTIATE_ALLREDUCE", "ALLREDUCE", "GLOO_ALLREDUCE") if p in phases))
 
+# %% [markdown]
+# **Predict**, then look: one panel per round (the broadcast of the starting parameters, then
+# one all-reduce of every gradient per step), one row per tensor, time from the round's start.
+# Where does the time go: moving the numbers (green), or negotiating (vermillion), that is,
+# waiting until the last rank is ready? The diamonds mark when each rank said "ready"; after the
+# first step Horovod's response cache agrees without them, so only the first rounds have them.
+
 # %% tags=["nbval-ignore-output"]
-for phase, (count, ms) in phases.items():
-    print(f"{phase:26s} {count:4d} times, {ms:8.2f} ms in all")
+show(timeline_figure(trace))
 
 # %% [markdown]
 # Horovod also has an **elastic** mode, which keeps the *survivors* running instead of
 # restarting everyone: the training state lives in an `hvd.elastic.TorchState` and
 # `state.commit()` copies it in memory every few steps; when a worker dies, the others' next
 # all-reduce fails, Horovod forms a new, smaller ring, puts the state back to the last commit and
-# carries on. It works with this Gloo build, with one catch on a single machine: Horovod blames
+# carries on.
+
+# %% [markdown]
+# It works with this Gloo build, with one catch on a single machine: Horovod blames
 # a failure on the worker's whole **host** and blacklists it, and when every host is blacklisted
 # it stops the job (Horovod 0.28.1, `runner/elastic/registration.py`). So a machine listed once
 # (`localhost:2`) cannot survive anything. `distlab.parallel.horovod_elastic` lists this machine
@@ -293,8 +329,11 @@ print(line.replace(sys.executable, "python").replace(WORK, "WORK").replace(os.pa
 # - A checkpoint is the whole state of every rank: parameters, optimizer, data position, random
 #   generators; saved by each rank, complete only when all have saved, written then renamed, and
 #   loaded without running code.
-# - torchrun's restarts plus checkpoints turned a killed worker into a short pause: the job
-#   finished with exactly the parameters of an uninterrupted run, having trained a few steps twice.
+# - torchrun's restarts plus checkpoints turned a killed worker into a pause: the job
+#   finished with exactly the parameters of an uninterrupted run, having trained again only the
+#   steps after its last checkpoint.
+
+# %% [markdown]
 # - Horovod's elastic mode keeps the survivors going from an in-memory commit instead; it blames
 #   a failure on a whole host, so it needs two hosts (here: this machine under two names).
 # - A job is watched from outside, through the files its ranks write: the monitor widget,
@@ -302,11 +341,12 @@ print(line.replace(sys.executable, "python").replace(WORK, "WORK").replace(os.pa
 # - For the insurance company: a long run on many machines will see failures; with checkpoints
 #   every so often (exercise 1) and restarts, a failure costs the steps since the last checkpoint
 #   and a restart's start-up (section 3 measured both for your run), not the run.
-#
+
+# %% [markdown]
 # ## Exercises
 #
 # **1. How often to save?** Saving costs time; a failure loses, on average, half the time since
-# the last checkpoint. Say a checkpoint of the insurance company's model takes 30 s to write and
+# the last checkpoint. Say a checkpoint of the insurance company's model takes 30 seconds to write and
 # the job sees a failure every 20 hours. How many seconds between checkpoints waste the least time?
 
 # %%
@@ -319,8 +359,7 @@ exercises_failure.checkpoint_interval(my_interval, save_seconds=30, hours_betwee
 # did the job train twice? (The checker compares with what the monitor measured in your run.)
 
 # %% tags=["nbval-ignore-output"]
-reached, resumed_from = rank1.resumed_from + rank1.lost_steps, rank1.resumed_from
-print("reached:", reached, " resumed_from:", resumed_from)
+print("reached:", reached, " resumed_from:", resumed_from)     # section 3's numbers, from rank 1's file
 
 
 # %%

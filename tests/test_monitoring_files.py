@@ -18,7 +18,7 @@ import pytest
 import distlab
 from distlab import config as cfg
 from distlab import run
-from distlab.horovod_timeline import load_events, phase_totals, read_timeline
+from distlab.horovod_timeline import load_events, phase_totals, read_ready, read_timeline, rounds
 from distlab.metrics import metrics_path
 from distlab.parallel import data_parallel
 from distlab.processes import pool as pools
@@ -195,6 +195,29 @@ def test_the_horovod_timeline_shows_every_gradients_phases(timeline):
     assert [s["start_us"] for s in spans] == sorted(s["start_us"] for s in spans)
     count, ms = phase_totals(spans)["ALLREDUCE"]
     assert count >= TIMELINE_STEPS * len(params) and ms > 0
+
+
+@pytest.mark.horovod
+def test_the_timeline_is_cut_into_rounds_with_each_ranks_ready_marks(timeline):
+    """Lesson 10's picture: the broadcast of the parameters, then one all-reduce round per step;
+    in the negotiations Horovod did not answer from its cache, a ready mark from every rank."""
+    from distlab.widgets.horovod import timeline_figure
+
+    path, records = timeline
+    ready = read_ready(path)
+    assert {m["rank"] for m in ready} == {0, 1}
+    groups = rounds(read_timeline(path), ready)
+    assert groups[0][0]["tensor"].startswith("broadcast.")
+    steps = [g for g in groups if g[0]["tensor"].startswith("allreduce.")]
+    assert len(steps) == TIMELINE_STEPS
+    for g in steps:                                   # every gradient all-reduced once per round
+        assert sorted(s["tensor"] for s in g if s["phase"] == "ALLREDUCE") == sorted(
+            f"allreduce.{n}" for n in records[0].params)
+    marked = [g for g in groups if any(s["phase"] == "ready" for s in g)]
+    assert marked and all({s["rank"] for s in g if s["phase"] == "ready"} == {0, 1} for g in marked)
+    fig = timeline_figure(path)
+    assert len(fig.axes) == len(groups)
+    assert [ax.get_title() for ax in fig.axes][1:] == [f"all-reduce, step {k}" for k in range(1, TIMELINE_STEPS + 1)]
 
 
 @pytest.mark.horovod

@@ -7,29 +7,32 @@
 # %%
 import math
 
-from distlab import exercises_failure
+from distlab import course_results, exercises_failure
 
 # %% [markdown]
 # **1. How often to save?** Saving every `T` seconds wastes `30 / T` of the time; a failure,
-# once every `M = 20 h = 72,000 s`, loses half an interval on average: `T / (2M)` of the time.
-# The sum `30/T + T/(2M)` is smallest where its two terms are equal, `T = sqrt(2 x 30 x M)`
-# (Young's rule, 1974): about 2,078 s, a checkpoint every 35 minutes, which wastes
-# `2 x 30 / 2078`, about 2.9% of the time.
+# once every `M = 20 × 3600` seconds, loses half an interval on average: `T / (2M)` of the time.
+# The sum `30/T + T/(2M)` is smallest where its two terms are equal, `T = sqrt(2 × 30 × M)`
+# (Young's rule, 1974). The cell prints `T` and the share of the time it wastes, `2 × 30 / T`.
 
 # %%
 my_interval = math.sqrt(2 * 30 * 20 * 3600)
-print(f"{my_interval:.0f} s")
+print(f"a checkpoint every {my_interval:.0f} seconds ({my_interval / 60:.0f} minutes), "
+      f"wasting {2 * 30 / my_interval:.1%} of the time")
 
 assert exercises_failure.checkpoint_interval(my_interval, save_seconds=30, hours_between_failures=20)
 
 # %% [markdown]
 # **2. What did your failure cost?** Only the steps after the last complete checkpoint are lost:
-# `reached - resumed_from`. In the lesson's run rank 1 had reached step 306 and went back to
-# step 300, so 6 steps were trained twice (your numbers differ: the kill lands wherever the
-# job happens to be). Here the same arithmetic on those numbers:
+# `reached - resumed_from`. Your numbers are your own run's (the kill lands wherever the job
+# happens to be): lesson 10 kept them for lesson 11, and the cell below reads them back and does
+# the arithmetic on them. (If you have not run lesson 10 yet, it says so.)
 
-# %%
-reached, resumed_from, measured = 306, 300, 6
-my_redone = reached - resumed_from
-
-assert exercises_failure.steps_redone(my_redone, reached=reached, resumed_from=resumed_from, measured=measured)
+# %% tags=["nbval-ignore-output"]
+mine = course_results.recall("10")          # what your run of lesson 10 measured
+if mine:
+    resumed_from, measured = mine["resumed_from"], mine["steps_redone"]
+    reached = mine.get("reached", resumed_from + measured)
+    my_redone = reached - resumed_from
+    print(f"your run: rank 1 reached step {reached}, went back to step {resumed_from}: {my_redone} steps trained twice")
+    assert exercises_failure.steps_redone(my_redone, reached=reached, resumed_from=resumed_from, measured=measured)

@@ -5,7 +5,8 @@ PNG, and ``LiveFigure`` (controls above a picture).  Then one module per lesson'
 ``data_parallel`` (00, 01), ``backends`` (02), ``collectives`` and ``costs`` (03),
 ``timeline`` (04), ``speedup`` (05), ``pipeline`` (06), ``mesh`` (07), ``memory`` (08),
 ``monitor`` (10: a running job's loss curves and each rank's progress, read from the metrics
-files its ranks write).  The memory calculator draws the memory model
-(``measure.memory_model``), itself no record but a formula.  Widgets read records and never
-train: a "measure" button calls a function the lesson hands it, and the monitor only reads files.
+files its ranks write) and ``horovod`` (10: Horovod's own timeline, drawn from its trace).
+The memory calculator draws the memory model (``measure.memory_model``), itself no record
+but a formula.  Widgets read records and never train: a "measure" button calls a function the
+lesson hands it, and the monitor and the timeline only read files.
 """
