@@ -3,22 +3,29 @@
 #
 # **Goal of this lesson.** Everything so far ran from a notebook cell on one machine. The
 # insurance company's real training will run on a cluster: several GPUs in one machine, or
-# several machines (*nodes*), started by a scheduler (SLURM, Azure Machine Learning,
-# Kubernetes) that never sees this notebook. By the end of this lesson you can:
+# several machines (*nodes*), started by a scheduler (SLURM, Azure Machine Learning, Google's
+# Vertex AI, Kubernetes) that never sees this notebook.
+
+# %% [markdown]
+# By the end of this lesson you can:
 #
 # 1. say what a job's **config file** is for, and write one for your own run;
 # 2. run the same training from a **terminal** with `distlab run`, on torchrun or horovodrun;
 # 3. explain what torchrun does on **several nodes**: the rendezvous, global and local ranks;
-# 4. run a job on **two nodes for real** (two network namespaces on this machine) and check it
-#    trains exactly like one node;
-# 5. compare the links **inside a node** and **between nodes**;
-# 6. turn your config into an **Azure ML**, **SLURM** and **Kubernetes** job.
+# 4. run a job on **two nodes for real** (two network namespaces on this machine), check that it
+#    trains exactly like one node, and see the three launches side by side;
+# 5. time the all-reduce **inside a node** and **between nodes**, and say what a real
+#    cluster's links add;
+# 6. turn your config into an **Azure ML**, **Vertex AI**, **SLURM** and **Kubernetes** job, with
+#    an image the cloud can pull.
 
 # %%
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import yaml
 
@@ -47,7 +54,7 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 #
 # `run_config.from_launch` writes the config of a launch call. Here is lesson 01's run, with a
 # wider MLP whose gradients are all-reduced as one buffer (`method: fused`, so that section 5
-# can time the all-reduce on its own):
+# can time the all-reduce):
 
 # %%
 mine = run_config.from_launch(data_parallel.train, 2, method="fused", model="mlp", width=512,
@@ -74,8 +81,10 @@ for mistakes in (["training.learning_rate=0.1"], ["training.global_batch_size=50
 # on this machine.
 
 # %% tags=["nbval-ignore-output"]
+started = time.perf_counter()
 in_notebook = distlab.launch(path, progress="none")
-print(f"{len(in_notebook)} ranks, final loss {in_notebook[0].losses[-1]:.4f}")
+notebook_wall = time.perf_counter() - started       # the wall time of the launch, for section 4's picture
+print(f"{len(in_notebook)} ranks, final loss {in_notebook[0].losses[-1]:.4f}, {notebook_wall:.1f} s")
 distlab.shutdown()       # let the notebook's warm ranks go: the next runs start their own
 
 # %% [markdown]
@@ -87,7 +96,9 @@ distlab.shutdown()       # let the notebook's warm ranks go: the next runs start
 # ranks, no widgets: the same training function, started by the engine clusters use.
 
 # %% tags=["nbval-ignore-output"]
+started = time.perf_counter()
 terminal = subprocess.run([sys.executable, "-m", "distlab.cli", "run", path], capture_output=True, text=True)
+terminal_wall = time.perf_counter() - started
 print(terminal.stdout.replace(WORK, "WORK")[-1500:], terminal.stderr[-1500:])
 
 # %%
@@ -141,7 +152,9 @@ if reason is None:
     spread = run_config.load(path, ["launch.port=29815", "launch.processes_per_node=1"])
     spread.logging.name = "two-nodes"
     with fake_nodes.two_nodes(tag="l9") as nodes:
+        started = time.perf_counter()
         two_nodes, outputs = fake_nodes.run_config(nodes, spread, WORK)
+        nodes_wall = time.perf_counter() - started
     print(outputs[1].replace(WORK, "WORK")[-800:])
 else:
     two_nodes = None
@@ -156,41 +169,85 @@ else:
     print("(skipped here: no network namespaces)")
 
 # %% [markdown]
+# **The three launches side by side.** One config, run from the notebook, from a terminal and on
+# two nodes: on the left rank 0's loss at every step, on the right each launch's wall time,
+# split into the training steps (read from the records) and everything around them (starting
+# processes, importing PyTorch, the rendezvous, saving the records). **Predict** first: which
+# launch spends longest *around* the same steps?
+
+# %% tags=["nbval-ignore-output"]
+from distlab.widgets import launches
+from distlab.widgets.display import show
+
+runs = {"notebook": (in_notebook, notebook_wall), "terminal": (from_terminal, terminal_wall)}
+if two_nodes is not None:
+    runs["two nodes"] = (two_nodes, nodes_wall)
+show(launches.launches_figure(runs))
+for name, (records, wall) in runs.items():
+    steps_s = launches.steps_seconds(records)
+    print(f"{name:9s}: {wall:5.1f} s in all, {steps_s:5.2f} s of it in the {len(records[0].steps)} training steps")
+
+# %% [markdown]
+# The steps are a small part of every launch: a run of a few steps is mostly start-up, and a
+# cluster job pays it once per job, so real jobs train for hours, not seconds.
+
+# %% [markdown]
 # ## 5. Inside a node, between nodes
 #
 # **Predict:** is the all-reduce between the two namespaces slower than inside one?
 #
-# Here both are memory copies inside one machine (the veth cable is the kernel moving bytes),
-# so expect them to be close; what matters is how to read them. On a real cluster the gap is
-# large: GPUs in one node talk over NVLink (hundreds of GB/s per GPU) or PCIe (tens of GB/s);
-# nodes talk over InfiniBand or Ethernet (typically 12 to 50 GB/s per link, shared by all the
-# node's GPUs). That is why multi-GPU in one node scales more easily than multi-node, why
-# hierarchical all-reduce sums inside each node first, and why ZeRO-3 or tensor parallelism
-# (lessons 07-08) are kept inside a node where possible.
+# Here both are copies inside one machine's memory (the veth cable is the kernel moving bytes
+# through its network stack), so expect them to be close. Timing it needs care: a rank's time
+# in the all-reduce includes *waiting* for the other rank to arrive, and bytes over that span is
+# no bandwidth. The ranks of one machine share one clock, so the cell below also takes, for each
+# step, the time from the **last** rank's arrival to the **first** rank's departure: the
+# all-reduce alone (lesson 04 split each rank's time the same way). At N = 2 each rank sends
+# about the gradient's size, 2(N-1)/N times it.
 
 # %% tags=["nbval-ignore-output"]
-import statistics
-
-
-def all_reduce_gbps(records, skip=2):
-    """Gradient bytes over the median time of one all-reduce (steps after the first ``skip``)."""
-    r = records[0]
-    seconds = statistics.median(s.t_comm_end - s.t_comm_start for s in r.steps[skip:])
-    size = sum(t.numel() for t in r.params.values()) * 4
-    return size / seconds / 1e9, seconds
-
-
 print(f"{sum(t.numel() for t in one_node[0].params.values()) * 4 / 1e6:.2f} MB of gradients each step")
-inside, t_in = all_reduce_gbps(one_node)
-print(f"inside one node:  {t_in * 1e3:6.2f} ms per all-reduce, {inside:5.2f} GB/s")
-if two_nodes is not None:
-    between, t_out = all_reduce_gbps(two_nodes)
-    print(f"between two nodes: {t_out * 1e3:6.2f} ms per all-reduce, {between:5.2f} GB/s "
-          f"({between / inside:.2f} x inside)")
+where = {"inside one node": one_node} | ({"between two nodes": two_nodes} if two_nodes is not None else {})
+for name, records in where.items():
+    t = launches.all_reduce_seconds(records)
+    best, median = min(t["alone"]), statistics.median(t["alone"])
+    print(f"{name:17s}: a rank's span {t['span'] * 1e3:5.2f} ms (waiting included); the all-reduce alone "
+          f"{median * 1e3:5.2f} ms median, {best * 1e3:5.2f} ms best of {len(t['alone'])} "
+          f"-> {t['bytes'] / best / 1e9:4.2f} GB/s each rank sent")
 
 # %% [markdown]
-# Each figure is the median over 6 steps of one run; on a shared machine the next run may
-# differ by tens of percent. Read it against the gap above, not as a property of the cable.
+# Each line is one run of a few steps on a shared machine: the next run may differ by tens of
+# percent, so read the two lines against each other, not as a property of the cable.
+#
+# Why are these rates usually far below the bandwidth lesson 03 fitted (compare with what it
+# printed)? Lesson 03 timed one large
+# message sent back and forth, many times, and fitted 1/beta to the largest. Here each
+# all-reduce is a few messages of part of the gradient, each paying alpha; gloo also adds the
+# numbers, and the early rank may have pushed bytes into the kernel's buffers before the other
+# arrived. On the veth cable every byte also crosses a second network stack. And a handful of
+# steps gives few chances to catch a quiet moment.
+
+# %% [markdown]
+# **On a real cluster** the two links differ a lot, and they are hardware you can look up. In
+# an H100 or H200 node the GPUs talk over NVLink through NVSwitches; between nodes each GPU has
+# a network card of its own (InfiniBand NDR or RoCE), wired rail by rail to the other nodes'
+# GPUs ([DGX H100 user guide](https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html),
+# [NVIDIA's HGX reference architecture](https://docs.nvidia.com/reference-architectures/hgx-ai-factory-h100-h200-b200/network-logical-architecture.md),
+# [S. Bekman's ML engineering notes](https://github.com/stas00/ml-engineering/tree/master/network)).
+# The cell below prints the published rates, per GPU, each way.
+
+# %%
+# published peak rates, per GPU and direction (bytes per second); nothing here is measured
+NVLINK_4 = 18 * 25e9          # H100/H200: 18 NVLink 4 links of 25 GB/s each way (900 GB/s both ways)
+NIC_400G = 400e9 / 8          # one 400 Gb/s InfiniBand NDR / RoCE port per GPU
+print(f"inside a node (NVLink 4):       {NVLINK_4 / 1e9:4.0f} GB/s per GPU, each way")
+print(f"between nodes (400 Gb/s NIC):   {NIC_400G / 1e9:4.0f} GB/s per GPU, each way")
+print(f"inside / between: {NVLINK_4 / NIC_400G:.0f} x")
+
+# %% [markdown]
+# So on a cluster a byte between nodes costs several times (the ratio printed above) what it
+# costs inside one, even with a card per GPU. That is why multi-GPU in one node scales more easily than multi-node,
+# why hierarchical all-reduce sums inside each node first, and why tensor parallelism and ZeRO-3
+# (lessons 07-08) are kept inside a node where possible.
 
 # %% [markdown]
 # ## 6. The same run as a cluster job
@@ -204,12 +261,69 @@ cluster = run_config.load(path, ["launch.nodes=2", "launch.processes_per_node=4"
 print(job_files.slurm(cluster, config_file="run.yaml"))
 
 # %% [markdown]
-# **SLURM** gives the job its nodes; one task per node runs torchrun, and the first node of the
-# allocation hosts the rendezvous. **Azure ML** starts the processes itself:
-# `process_count_per_instance` per node, `instance_count` nodes (Horovod runs use its MPI form):
+# **SLURM** gives the job its nodes; one task per node runs torchrun, on the Python installed
+# on the nodes, and the first node of the allocation hosts the rendezvous.
+#
+# **The image.** Azure ML, Vertex AI and Kubernetes start a *container* on each node, pulled
+# from a registry by its full name. `distlab:latest` on your laptop is no such name: no cloud
+# can pull it. So a cloud job needs one more step, and the config names its result
+# (`launch.image`); without it `distlab job` refuses:
 
 # %%
-print(job_files.azureml(cluster, config_file="run.yaml"))
+try:
+    job_files.azureml(cluster, config_file="run.yaml")
+except run_config.ConfigError as err:
+    print(err)
+
+# %% [markdown]
+# Build the image from the repository's `docker/Dockerfile` (Python, PyTorch, distlab), push
+# it to a registry your cloud can pull from (Azure Container Registry, Google's Artifact
+# Registry), and put its name in the config:
+#
+# ```bash
+# docker build -f docker/Dockerfile -t myregistry.azurecr.io/distlab:0.1 .
+# docker push myregistry.azurecr.io/distlab:0.1
+# distlab job azureml run.yaml --set launch.image=myregistry.azurecr.io/distlab:0.1 -o job.yml
+# ```
+#
+# **Azure ML** then starts the processes itself: `process_count_per_instance` per node,
+# `instance_count` nodes (Horovod runs use its MPI form):
+
+# %%
+azure = run_config.load(path, ["launch.nodes=2", "launch.processes_per_node=4", "launch.device=cuda",
+                               "launch.image=myregistry.azurecr.io/distlab:0.1"])
+print(job_files.azureml(azure, config_file="run.yaml"))
+
+# %% [markdown]
+# **Vertex AI** (Google Cloud) takes a *custom job* of **worker pools**: pool 0 is the primary
+# replica (node 0, which hosts the rendezvous), pool 1 the other nodes; each names a machine
+# type, its GPUs and the container. Vertex tells each replica its place in a `CLUSTER_SPEC`
+# variable; the container's `distlab.processes.vertex_node` turns that into the torchrun line
+# `distlab run --node-rank` starts, whose ranks run `config_rank`. The config rides in the job
+# (`DISTLAB_RUN_CONFIG`), as in Kubernetes' ConfigMap. Here with that variable shortened:
+
+# %%
+google = run_config.load(path, ["launch.nodes=2", "launch.processes_per_node=4", "launch.device=cuda",
+                                "launch.image=europe-west4-docker.pkg.dev/my-project/distlab/distlab:0.1"])
+vertex_job = yaml.safe_load(job_files.vertex(google, config_file="run.yaml"))
+for pool in vertex_job["workerPoolSpecs"]:
+    pool["containerSpec"]["env"][0]["value"] = "<run.yaml: every key of the config above>"
+print(job_files.SUBMIT["vertex"].format(name=google.logging.name, path="vertex_job.yaml"))
+print(yaml.safe_dump(vertex_job, sort_keys=False))
+
+# %% [markdown]
+# **What a cloud job's config file is for.** Both answer the same questions, in their own words:
+#
+# | the question | Azure ML command job | Vertex AI custom job |
+# |---|---|---|
+# | what runs | `command`, `environment.image` | `containerSpec`: `imageUri`, `command` |
+# | on how many machines | `resources.instance_count` | `replicaCount` of pools 0 and 1 |
+# | on what machines | `compute` (a cluster you made) | `machineSpec`: type, GPU kind and count |
+# | how many ranks per machine | `distribution.process_count_per_instance` | torchrun's `--nproc-per-node` |
+# | how ranks find each other | Azure sets `MASTER_ADDR`, `RANK`, ... | `CLUSTER_SPEC`, read by `vertex_node` |
+#
+# The file is also the record: kept with the code, it says what ran. Both consoles (Azure ML
+# studio's *Jobs*, Vertex AI's *Training > Custom jobs*) show each node's logs while it runs.
 
 # %% [markdown]
 # **Kubernetes**, with Kubeflow's training operator: a `PyTorchJob` with one Master and Workers
@@ -217,13 +331,14 @@ print(job_files.azureml(cluster, config_file="run.yaml"))
 # where the Master is. The config travels in a ConfigMap. Its job part:
 
 # %%
-configmap, job = yaml.safe_load_all(job_files.k8s(cluster, config_file="run.yaml", image="registry.example/distlab:0.1"))
+configmap, job = yaml.safe_load_all(job_files.k8s(azure, config_file="run.yaml"))
 print(yaml.safe_dump(job["spec"], sort_keys=False)[:900])
 
 # %% [markdown]
-# In a terminal: `distlab job slurm run.yaml -o job.sbatch` (or `azureml`, `k8s`) writes them;
-# the tests check each with the tool that reads it (Azure ML's `load_job`, `bash` and a run of
-# the torchrun line, Kubeflow's schema).
+# In a terminal: `distlab job slurm run.yaml -o job.sbatch` (or `azureml`, `vertex`, `k8s`)
+# writes them; the tests check each with the tool that reads it (Azure ML's `load_job`,
+# Vertex AI's own `CustomJobSpec` type and a run of its container's command, `bash` and a run
+# of the torchrun line, Kubeflow's schema).
 
 # %% [markdown]
 # ## Exercises
@@ -263,12 +378,18 @@ exercises.fix_the_config(my_overrides)
 #   ranks node by node; gloo must be told which interface to use when the host name resolves to
 #   loopback.
 # - Two nodes trained exactly like one (when this machine could make them): distributing over
-#   machines changes where bytes travel, not what is computed.
-# - Here both "links" were memory copies inside one machine, so section 5's ratio says little
-#   about clusters; on a real one the links between nodes are several times slower than those
-#   inside a node, and that decides how the work is split. For the insurance company: start on
-#   one node with several GPUs, and go multi-node when the data or the model outgrows it, with
-#   the same config.
+#   machines changes where bytes travel and how long a launch takes around the steps, not what
+#   is computed.
+
+# %% [markdown]
+# - A rank's time in an all-reduce includes waiting for the others: time the all-reduce alone
+#   before dividing bytes by it. Here both "links" were copies inside one machine, so section
+#   5's lines say little about clusters; on a real one NVLink inside a node is several times
+#   faster than even a network card per GPU between nodes, and that decides how the work is split.
+# - A cloud job runs an image it can pull (`launch.image`, built from `docker/Dockerfile`);
+#   Azure ML, Vertex AI and Kubernetes jobs come from the same config.
+# - For the insurance company: start on one node with several GPUs, and go multi-node when the
+#   data or the model outgrows it, with the same config.
 
 # %% [markdown]
 # **Previous:** [08 · ZeRO: sharding what every worker used to copy](08_zero_sharding_what_every_worker_copied.ipynb) · **Next:** [10 · Failure is normal at scale](10_failure_is_normal_at_scale.ipynb) · [The course: map, glossary, solutions](../course/README.md)
