@@ -219,15 +219,15 @@ def speed(r):
 
 
 def more_data(r):
-    gains, timing = r.get("more_data_gain"), r.get("time_to_target")
-    if not gains:
+    found = r.get("more_data")
+    if not found:
         return "more data: not measured yet: run lesson 05's section on more data to fill in this line"
+    from distlab.measure.more_data import speed_verdict     # lesson 05's verdict, with its spread
     text = "; ".join(f"{g['model']} {g['points']:+.1f} points of test accuracy from {g['smallest']:,} to "
                      f"{g['largest']:,} training samples ({g['verdict']}, twice the spread over seeds "
-                     f"{g['twice_spread']:.1f})" for g in gains)
-    if timing:
-        text += f"; to {timing['target']:.0%} test accuracy on 2 ranks against 1: {timing['verdict']}"
-    return "more data: " + text
+                     f"{g['twice_spread']:.1f})" for g in found["gain"].values())
+    verdict = speed_verdict(found["speedup_to_target"], found.get("probe_ceiling"))
+    return f"more data: {text}; to {found['target']:.0%} test accuracy, 2 ranks against 1: {verdict}"
 
 
 line("05", more_data)

@@ -14,8 +14,9 @@ from matplotlib.figure import Figure
 
 from .display import BLUE, GREEN, GREY, ORANGE, PURPLE, VERMILLION, WIDTH
 
-# What lesson 05's more-data section stores (course_results.remember("05", ...)): see that section.
-MORE_DATA_KEY = "more_data_summary"
+# What lesson 05's more-data section stores (course_results.remember("05", more_data={...})): its
+# "summary" holds more_data.summarise's rows (model, samples, median, low, high, spread).
+MORE_DATA_KEY = "more_data"
 
 
 def _missing(ax, title: str, lesson: str, what: str = "") -> None:
@@ -103,7 +104,7 @@ def course_figure(results: dict) -> Figure:
             draw(ax, results[lesson])
         else:
             _missing(ax, title, lesson)
-    more = results.get("05", {}).get(MORE_DATA_KEY)
+    more = results.get("05", {}).get(MORE_DATA_KEY, {}).get("summary")
     if more:
         _more_data(axes[3], more)
     else:
