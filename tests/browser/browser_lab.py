@@ -39,10 +39,9 @@ CHROMIUM_ARGS = [
 ]
 
 # JupyterLab user settings written into the server's private settings folder
+# (no news toast setting here: the project's own binder/overrides.json must keep the "Would you like
+# to get notified about official Jupyter news?" toast away, as a learner meets JupyterLab)
 LAB_SETTINGS = {
-    # no "Would you like to get notified about official Jupyter news?" toast, no update check
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-        {"fetchNews": "false", "checkForUpdates": False},
     # attach every cell to the page, so every output is in the DOM and in the screenshots
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }

@@ -192,6 +192,16 @@ def no_dialog(page) -> None:
         raise AssertionError(f"unexpected JupyterLab dialog: {dialog.first.inner_text()!r}")
 
 
+def no_news_toast(page) -> None:
+    """Issue 26: a learner's first JupyterLab start asks nothing about Jupyter news: the project's
+    ``binder/overrides.json`` (installed by ``tools/install_lab_settings.sh``) says no for them."""
+    toasts = page.locator(".Toastify__toast, .jp-toast-message")
+    said = [toasts.nth(i).inner_text() for i in range(toasts.count())]
+    news = [t for t in said if "news" in t.lower() or "update" in t.lower()]
+    if news:
+        raise AssertionError(f"JupyterLab greeted the learner with a toast: {news!r}")
+
+
 def click_menu_item(page, menu: str, command: str, attempts: int = 3) -> None:
     """Open a menu of the menu bar and click one of its items (retried: menus open on a click)."""
     item = page.locator(f'.lm-Menu [data-command="{command}"]')
@@ -215,6 +225,7 @@ def open_notebook(page, server, name: str) -> None:
     wait_for(lambda: kernel_status(page).endswith("| Idle"), OPEN_TIMEOUT,
              lambda: f"the kernel to start (status bar: {kernel_status(page)!r})")
     no_dialog(page)
+    no_news_toast(page)
 
 
 def run_all(page) -> None:
