@@ -50,11 +50,11 @@ lesson04 = course_results.recall("04")
 assert check.straggler_wait(lesson04["extra_wait_of_rank_0"], lesson04)
 
 # %% [markdown]
-# **6.** The regime with the largest measured speedup (or one whose repeats overlap with it). Was it the one with the most arithmetic
-# per byte of gradient? That is for your data to say: the cell prints the regimes in order of
-# arithmetic per byte beside what each gained. The order need not agree: arithmetic per byte
-# only bounds the communication's share, and lesson 05 measured that each rank's compute need
-# not halve on two shared cores.
+# **6.** The regime with the largest measured speedup (or one whose repeats overlap with it).
+# Was it the one with the most arithmetic per byte of gradient? That is for your data to say:
+# the cell prints the regimes in order of arithmetic per byte beside what each gained. The
+# orders need not agree: arithmetic per byte only bounds the communication's share, and lesson
+# 05 measured that each rank's compute need not halve on two shared cores.
 
 # %% tags=["nbval-ignore-output"]
 lesson05 = course_results.recall("05")
