@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Lesson 05 · solutions
 #
-# The exercise of `notebooks/05_does_distributing_pay.ipynb` with its answer filled in,
-# checked by the same checker as in the lesson. The lesson fits `alpha` and `beta` inside
+# The exercises of `notebooks/05_does_distributing_pay.ipynb` with their answers filled in,
+# checked by the same checkers as in the lesson. The lesson fits `alpha` and `beta` inside
 # training; here they come from a quick ping-pong on two ranks (lesson 03's way), which is
 # enough to check the formula: the checker compares with the same constants.
 
@@ -10,7 +10,7 @@
 import distlab
 from distlab import exercises
 from distlab.comm import cost_model, measure_costs
-from distlab.measure import speedup
+from distlab.measure import more_data, speedup
 
 idle = distlab.launch(measure_costs.measure, world_size=2, sizes=(1_000,), repeats=3, algorithms=("ring",),
                       ping_pong_bytes=(8, 8_000, 80_000), ping_pong_repeats=20, progress="none")[0]
@@ -28,3 +28,14 @@ n_bytes = speedup.gradient_bytes("mlp", 64)
 answer = 2 * (8 - 1) * 6 * alpha + 2 * (8 - 1) / 8 * n_bytes * beta
 
 assert exercises.allreduce_on_eight(answer, n_bytes, messages=6, alpha=alpha, beta=beta)
+
+# %% [markdown]
+# **Sets read to the end** (section 8). A training of `STEPS` steps of `BATCH` samples visits
+# `STEPS x BATCH` samples, so it reads a set completely exactly when the set has no more
+# samples than that; larger sets are partly never seen, whatever their size.
+
+# %%
+STEPS, BATCH = 300, 64
+answer = [n for n in more_data.SIZES if n <= STEPS * BATCH]
+
+assert more_data.exercise_sets_read(answer, more_data.SIZES, STEPS, BATCH)
