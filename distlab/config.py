@@ -29,7 +29,6 @@ from .config_text import ConfigError, apply_override, dump_toml, explain
 IMAGE = re.compile(r"^[a-z0-9][a-z0-9.:-]*/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]*|@sha256:[0-9a-f]{64})$")
 
 
-
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -93,7 +92,6 @@ class Launch(Section):
     ssh_identity_file: str | None = Field(None, description="the ssh key horovodrun uses (none: ssh's default)")
     max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts every rank this many times at most "
                                                           "when one fails (lesson 10: they resume from a checkpoint)")
-
     image: str | None = Field(None, description="the container image cloud jobs run (distlab job azureml, k8s, "
                                                 "vertex): REGISTRY/distlab:TAG, built from docker/Dockerfile and "
                                                 "pushed where the cluster can pull it (lesson 09)")
