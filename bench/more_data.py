@@ -4,11 +4,12 @@ Two measurements (``distlab.measure.more_data``, the functions lesson 05 runs wi
 settings):
 
 - ``accuracy_gain_largest_vs_smallest``: the CNN trained ``STEPS`` steps on the distorted digits
-  at each size of ``SIZES`` (the smallest: a few hundred real digits; the largest: 100,000, all
-  but 1,438 of them distorted copies), ``SEEDS`` seeds each, tested on the real held-out digits.
-  Per seed, the test accuracy at the largest size minus the smallest, in points; goal: the median
-  above twice the spread over seeds (the larger half-range of the two sizes), i.e. a gain the
-  seeds cannot explain.  The MLP's gain is reported beside it.
+  at the two ends of lesson 05's sizes (the smallest: a few hundred real digits; the largest:
+  100,000, all but 1,438 of them distorted copies), ``SEEDS`` seeds each, tested on the real
+  held-out digits.  Per seed, the test accuracy at the largest size minus the smallest, in
+  points; goal: the median above twice the spread over seeds (the larger half-range of the two
+  sizes), i.e. a gain the seeds cannot explain.  The sizes between, and the MLP, are lesson 05's
+  to draw: here they would double the run time and answer no goal.
 - ``time_to_accuracy_2_ranks_vs_1``: real data-parallel training (``data_parallel.train``, DDP,
   each rank making its own distorted mini-batches) on 1 and on 2 warm ranks at one global batch,
   evaluated every ``EVERY`` steps: per repeat, the training seconds 1 rank needed to first reach
@@ -18,11 +19,11 @@ settings):
   measured in every repeat: no training can gain more than it.  Goal: within 10% of it
   (``ratio >= 0.9 x ceiling``).
 
-Run time: longer than the usual 3 minutes, about 6 on 2 quiet cores (10 while a test suite
-ran beside it), most of it the 24 trainings of ``STEPS`` = 1500 steps.  Fewer steps do not
-answer the question: at 700 steps (about 2 minutes for the trainings) the CNN's seeds at
-100,000 samples spread so widely that its gain over 300 samples was not told apart from them
-(a MISS), because a training that short reads less than half of the 100,000 samples.
+Run time: under 4 minutes on 2 quiet cores (221 and 226 s in two runs), about 90 s of it the 6
+trainings of ``STEPS`` = 1500 steps, the rest the 4 repeats of time to accuracy and the probes.
+Fewer steps do not answer the question: at 700 steps the CNN's seeds at 100,000 samples spread so
+widely that its gain over 300 samples was not told apart from them (a MISS), because a training
+that short reads less than half of the 100,000 samples.
 """
 import statistics
 import time
@@ -32,13 +33,13 @@ import distlab
 from distlab.measure import ceiling, more_data
 from scripts.goals import goal
 
-SIZES, SEEDS, STEPS = (300, 1_438, 10_000, 100_000), (0, 1, 2), 1500
+SIZES, SEEDS, STEPS = (300, 100_000), (0, 1, 2), 1500
 TARGET, REPEATS, TTA = 0.95, 4, dict(model="cnn", width=16, global_batch_size=128, steps=300, lr=0.05,
                                      evaluate_every=10)
 
 
 def accuracy_goal(rows: list[dict], model: str = "cnn", name: str = "accuracy_gain_largest_vs_smallest") -> bool:
-    """Per seed, largest size minus smallest (points) against twice the spread over seeds; GOAL or REPORT."""
+    """Per seed, largest size minus smallest (points) against twice the spread over seeds."""
     summary = more_data.summarise(rows)
     g = more_data.gain(summary, model)
     by_seed = {}
@@ -47,20 +48,16 @@ def accuracy_goal(rows: list[dict], model: str = "cnn", name: str = "accuracy_ga
             by_seed.setdefault(r["seed"], {})[r["samples"]] = r["accuracy"]
     gains = [100 * (acc[g["largest"]] - acc[g["smallest"]]) for acc in by_seed.values() if len(acc) == 2]
     note = f"{model}, {g['smallest']} -> {g['largest']} samples; {g['verdict']}"
-    if name.startswith("REPORT"):
-        print(f"{name} {statistics.median(gains):.2f} points (twice the spread {g['twice_spread']:.2f}; {note})")
-        return statistics.median(gains) > g["twice_spread"]
     return goal(name, gains, ">", round(g["twice_spread"], 2), note=note)
 
 
 def bench() -> None:
     t0 = time.time()
-    rows = more_data.accuracy_vs_samples(SIZES, SEEDS, ("mlp", "cnn"), steps=STEPS)
+    rows = more_data.accuracy_vs_samples(SIZES, SEEDS, ("cnn",), steps=STEPS)
     for s in more_data.summarise(rows):
         print(f"{s['model']} {s['samples']:>7} samples: test accuracy median {s['median']:.4f}, "
               f"{s['low']:.4f} to {s['high']:.4f} over {s['seeds']} seeds", flush=True)
     print(f"({time.time() - t0:.0f} s for {len(rows)} trainings of {STEPS} steps)", flush=True)
-    accuracy_goal(rows, "mlp", "REPORT accuracy_gain_largest_vs_smallest_mlp")
     accuracy_goal(rows, "cnn")
 
     ceilings = [ceiling.ceiling(2, warm=True) for _ in range(2)]          # before and after the runs
