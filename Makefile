@@ -3,7 +3,8 @@
 #                   (HEADLESS=1 make lab prints the URL instead of opening a browser)
 #   make test       create .venv if needed, install everything, run the whole test suite
 # and four for the people who change the course:
-#   make notebooks  sync each lesson's (and solution's) .py and .ipynb, then re-execute them all
+#   make notebooks  sync each lesson's (and solution's) .ipynb with its text twin (notebooks_text/,
+#                   course/solutions_text/), then re-execute them all
 #   make nbval      run every lesson and solution under nbval here, without Binder's limits
 #                   (make test runs them under nbval once, inside the simulated Binder: tests/test_binder.py)
 #   make bench      run every benchmark in bench/ (each prints its GOAL lines)
@@ -11,7 +12,7 @@
 PY := .venv/bin/python
 PORT ?= 8888
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
-LINTED := distlab tests bench tools notebooks course
+LINTED := distlab tests bench tools notebooks_text course
 
 .PHONY: lab test setup setup-test notebooks nbval bench lint clean
 

@@ -267,7 +267,7 @@ answer = dict(samples_per_rank=..., used_twice=..., steps_per_epoch=...)
 exercises.shards_of_three(answer, n=digits.n_train, global_batch_size=96, world_size=3)
 
 # %% [markdown]
-# The answers are in `course/solutions/01_data_parallelism.py`; more exercises (with
+# The answers are in `course/solutions/01_data_parallelism.ipynb`; more exercises (with
 # solutions) are in `course/exercises/01_data_parallelism.md`.
 #
 # **What we learned:** N workers with the same starting parameters and averaged gradients take
