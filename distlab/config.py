@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .config_text import ConfigError, apply_override, dump_toml, explain
+from .datasets import check_dataset
 
 # REGISTRY/PATH:TAG or REGISTRY/PATH@sha256:DIGEST (lesson 09: what a cluster can pull)
 IMAGE = re.compile(r"^[a-z0-9][a-z0-9.:-]*/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]*|@sha256:[0-9a-f]{64})$")
@@ -54,8 +55,6 @@ class Data(Section):
     @model_validator(mode="after")
     def _sizes(self):
         """Lesson 05: what each data set can give, checked before any process starts."""
-        from .data import check_dataset
-
         check_dataset(self.dataset, self.samples, self.root, files=False)
         return self
 

@@ -347,7 +347,7 @@ print(yaml.safe_dump(job["spec"], sort_keys=False)[:900])
 # that joined as node 2 get?
 
 # %%
-from distlab import exercises
+from distlab import exercises_cluster as exercises
 
 my_rank = ...       # a whole number
 

@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Lesson 11 · What did you find? A knowledge check, and the answer for the insurance company
 #
-# **Goal of this lesson.** The insurance company asked: *does distributing the training help?*
+# **Goal of this lesson.** The insurance company asked: *does more data, trained on more workers,
+# give a more accurate model, and does distributing the training help?*
 # Ten lessons measured pieces of the answer on real processes. This last one
 #
 # 1. checks what you took from every lesson, 00 to 10, with short questions, several of them about
@@ -242,8 +243,12 @@ line("10", lambda r: f"at scale failures are normal: a killed worker cost {r['st
                      f"(difference {r['largest_difference']:.1e}).")
 
 # %% [markdown]
-# So: more data is what buys accuracy, and how much it bought is the more-data line above (with
-# its spread over seeds). More workers buy the same accuracy *sooner* only when one worker is too
+# So: accuracy comes from the data and the training, not from the number of workers (lesson 01:
+# the ranks learn what one process learns); whether a larger training set bought accuracy in your
+# run, and how much beyond the seeds' spread, is the more-data line above.
+
+# %% [markdown]
+# More workers buy the same accuracy *sooner* only when one worker is too
 # slow **and** each step does enough arithmetic per byte of gradient that the all-reduce is a
 # small part of it, **and** each rank's compute really splits (lesson 05 shows where that line
 # falls on your machine); keep one process with more threads while that is faster; shard with

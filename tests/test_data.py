@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from distlab import data
+from distlab import data, datasets
 from distlab.models import build_model, count_parameters
 
 
@@ -109,27 +109,27 @@ def write_mnist(folder, n_train=40, n_test=12, gz=True):
 @pytest.mark.parametrize("name", ["a-idx3-ubyte", "a-idx3-ubyte.gz"])
 def test_read_idx_reads_plain_and_gzipped_files(tmp_path, name):
     array = torch.arange(2 * 3 * 4, dtype=torch.uint8).reshape(2, 3, 4)
-    assert torch.equal(data.read_idx(write_idx(tmp_path / name, array)), array)
+    assert torch.equal(datasets.read_idx(write_idx(tmp_path / name, array)), array)
 
 
 def test_read_idx_refuses_what_is_not_idx(tmp_path):
     (tmp_path / "bad").write_bytes(b"PK\x03\x04rest")
     with pytest.raises(ValueError, match="not an IDX file"):
-        data.read_idx(str(tmp_path / "bad"))
+        datasets.read_idx(str(tmp_path / "bad"))
     good = write_idx(tmp_path / "short", torch.zeros(4, 4))
     with open(good, "ab") as f:
         f.write(b"\x00")
     with pytest.raises(ValueError, match="the header says"):
-        data.read_idx(good)
+        datasets.read_idx(good)
 
 
 def test_load_mnist_reads_the_files_in_a_folder_without_downloading(tmp_path):
     images, labels = write_mnist(tmp_path)
-    mnist = data.load_mnist(str(tmp_path))                 # download is off by default
+    mnist = datasets.load_mnist(str(tmp_path))                 # download is off by default
     assert mnist.side == 28 and mnist.n_train == 40 and len(mnist.y_test) == 12
     assert torch.equal(mnist.x_train[:, 0], images[:40].float() / 255) and torch.equal(mnist.y_train, labels[:40])
     assert torch.equal(mnist.y_test, labels[40:])
-    sub = data.load_dataset("mnist", 16, root=str(tmp_path))
+    sub = datasets.load_dataset("mnist", 16, root=str(tmp_path))
     assert sub.n_train == 16 and len(sub.y_test) == 12     # a size cuts the training set, never the test set
 
 
@@ -137,19 +137,19 @@ def test_load_mnist_names_the_missing_files(tmp_path):
     write_mnist(tmp_path)
     (tmp_path / "t10k-labels-idx1-ubyte").unlink()
     with pytest.raises(FileNotFoundError, match="missing t10k-labels-idx1-ubyte .*download=True"):
-        data.load_mnist(str(tmp_path))
+        datasets.load_mnist(str(tmp_path))
 
 
 def test_datasets_by_name_and_their_sizes():
-    assert data.load_dataset("digits").n_train == 1438
-    assert data.load_dataset("digits", 100).n_train == 100
-    assert data.load_dataset("distorted_digits").n_train == 100_000
+    assert datasets.load_dataset("digits").n_train == 1438
+    assert datasets.load_dataset("digits", 100).n_train == 100
+    assert datasets.load_dataset("distorted_digits").n_train == 100_000
     with pytest.raises(ValueError, match="dataset digits has 1438 training samples, not 5000"):
-        data.load_dataset("digits", 5000)
+        datasets.load_dataset("digits", 5000)
     with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
-        data.load_dataset("imagenet")
+        datasets.load_dataset("imagenet")
     with pytest.raises(ValueError, match="is for dataset mnist"):
-        data.load_dataset("digits", root="/tmp")
+        datasets.load_dataset("digits", root="/tmp")
 
 
 def test_distorted_digits_are_the_same_samples_however_the_batches_are_cut():

@@ -5,6 +5,7 @@ import torch
 
 from distlab import exercises as ex
 from distlab import exercises_course as exc
+from distlab import exercises_cluster as exl
 from distlab import exercises_failure as exf
 from distlab.comm import cost_model
 from distlab.data import load_digits
@@ -70,9 +71,9 @@ CASES = {
     "08 smallest stage": (ex.smallest_stage_that_fits, dict(params=7e9, world_size=8, budget_gb=80), 1, 3,
                           "does a lower one"),
     "08 ZeRO-3 traffic": (ex.zero3_traffic_ratio, {}, 1.5, 1.0, "gathers the parameters a second time"),
-    "09 global rank": (ex.global_rank, dict(node=2, local_rank=3, processes_per_node=8), 19, 3,
+    "09 global rank": (exl.global_rank, dict(node=2, local_rank=3, processes_per_node=8), 19, 3,
                        "that is its local rank"),
-    "09 fix the config": (ex.fix_the_config, {}, ["training.global_batch_size=96"],
+    "09 fix the config": (exl.fix_the_config, {}, ["training.global_batch_size=96"],
                           ["launch.processes_per_node=5"], "keep the 2 nodes x 4 processes"),
     "10 checkpoint interval": (exf.checkpoint_interval, dict(save_seconds=30, hours_between_failures=20),
                                (2 * 30 * 72_000) ** 0.5, (30 * 72_000) ** 0.5, "half an interval"),
@@ -128,9 +129,9 @@ def test_solutions_match_the_lessons_own_numbers():
 
 
 def test_a_config_fix_that_is_still_refused_says_why(capsys):
-    assert ex.fix_the_config(["training.global_batch_size=98"]) is False
+    assert exl.fix_the_config(["training.global_batch_size=98"]) is False
     assert "does not divide into 8 ranks" in capsys.readouterr().out
-    assert ex.fix_the_config(["training.global_batch_size=64"]) is False
+    assert exl.fix_the_config(["training.global_batch_size=64"]) is False
     assert "stay within 10% of 100" in capsys.readouterr().out
 
 

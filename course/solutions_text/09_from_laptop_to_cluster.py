@@ -5,7 +5,7 @@
 # checked by the same checkers as in the lesson.
 
 # %%
-from distlab import exercises
+from distlab import exercises_cluster as exercises
 from distlab import config as run_config
 from distlab import run
 

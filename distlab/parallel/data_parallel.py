@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import torch
 
 from ..comm.cost_model import ALGORITHMS
-from ..data import check_dataset, check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
+from ..data import check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
+from ..datasets import check_dataset
 from ..models import build_model
 from ..processes.checks import check_int
 from ..processes.worker import Worker
@@ -77,7 +78,7 @@ def train_samples(dataset: str, samples: int | None, data_root: str | None) -> i
     if dataset == "distorted_digits":
         return 100_000 if samples is None else samples
     if dataset == "mnist":
-        from ..data import MNIST_FILES, MNIST_ROOT, find_mnist, read_idx
+        from ..datasets import MNIST_FILES, MNIST_ROOT, find_mnist, read_idx
 
         labels = read_idx(find_mnist(data_root or MNIST_ROOT)[MNIST_FILES["train"][1]])
         return min(len(labels), samples or len(labels))
@@ -117,7 +118,7 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
     ``"parameter_server"``, ``"ring"`` or ``"tree"`` with the hand-written ``comm.collectives``.
     ``depth``: the MLP's hidden layers (lesson 07 compares data parallelism with tensor
     parallelism on the depth-3 MLP).  ``optimizer`` (lesson 08): ``"sgd"``, ``"momentum"`` or
-    ``"adam"``.  ``dataset``, ``samples``, ``data_root`` (lesson 05): the data (``data.load_dataset``;
+    ``"adam"``.  ``dataset``, ``samples``, ``data_root`` (lesson 05): the data (``datasets.load_dataset``;
     distorted digits are made on the rank, its own mini-batches only); ``evaluate_every=k``: test
     accuracy every k steps into ``record.evaluations`` (lesson 05's time to accuracy).
     """

@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import Checkpointer
-from ..data import load_dataset, shard_indices
+from ..data import shard_indices
+from ..datasets import load_dataset
 from ..faults import maybe_fail
 from ..metrics import MetricsLog
 from ..models import DTYPES, MODELS, build_model
@@ -116,7 +117,7 @@ def start(worker, *, model: str, width: int, lr: float, seed: int, dtype: str, m
     ``shard=(position, of)`` says whose share of the data this rank trains on (default: its
     own rank among all ranks); the record keeps those sample indices.  ``optimizer``
     (lesson 08): plain ``"sgd"`` unless told otherwise.  ``dataset``, ``samples``, ``data_root``
-    (lesson 05): which data (``data.load_dataset``); distorted digits are made batch by batch
+    (lesson 05): which data (``datasets.load_dataset``); distorted digits are made batch by batch
     (``Run.batch``), so ``Run.x`` and ``Run.y`` are None for them.
     """
     data = load_dataset(dataset, samples, seed=seed, root=data_root, dtype=DTYPES[dtype])
