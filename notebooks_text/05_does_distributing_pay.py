@@ -498,9 +498,12 @@ for model in ("mlp", "cnn"):
 #   not new writers; their value stops where the test digits differ in ways no distortion makes;
 # * a fixed number of steps visits at most steps x batch samples: beyond that, a larger set is
 #   a set the training never finishes reading. More data needs more computation to pay off,
-#   which is exactly where more workers come in;
-# * the CNN shares its filters across positions, so it learns from shifted copies more than the
-#   MLP, whose every pixel has its own weights.
+#   which is exactly where more workers come in.
+
+# %% [markdown]
+# And the model matters: the CNN shares its filters across positions, so in principle shifted
+# copies teach it more than the MLP, whose every pixel has its own weights; whether they did in
+# your run is for the verdict lines to say.
 #
 # The verdict lines above compare each gain with twice the spread over seeds, and say
 # "no clear difference" when the seeds alone could explain it.
