@@ -101,6 +101,7 @@ def load_mnist(root: str = MNIST_ROOT, download: bool = False,
 
 
 DATASETS = ("digits", "distorted_digits", "mnist")
+DISTORTED_SAMPLES = 100_000     # distorted_digits without data.samples
 
 
 def check_dataset(dataset: str, samples: int | None, root: str | None = None, *, files: bool = True) -> None:
@@ -135,9 +136,20 @@ def load_dataset(dataset: str = "digits", samples: int | None = None, *, seed: i
     """
     check_dataset(dataset, samples, root)
     if dataset == "distorted_digits":
-        return DistortedDigits(100_000 if samples is None else samples, seed=seed, dtype=dtype)
+        return DistortedDigits(DISTORTED_SAMPLES if samples is None else samples, seed=seed, dtype=dtype)
     data = load_digits(dtype=dtype) if dataset == "digits" else load_mnist(root or MNIST_ROOT, dtype=dtype)
     if samples is not None and samples < data.n_train:
         data = Digits(data.x_train[:samples], data.y_train[:samples], data.x_test, data.y_test,
                       name=f"{data.name}-first-{samples}")
     return data
+
+
+def train_samples(dataset: str, samples: int | None, root: str | None = None) -> int:
+    """Lesson 05: how many training samples ``dataset`` gives, without making or reading them all
+    (a launch checks the batch against it before any process starts)."""
+    if dataset == "distorted_digits":
+        return DISTORTED_SAMPLES if samples is None else samples
+    if dataset == "mnist":
+        labels = read_idx(find_mnist(root or MNIST_ROOT)[MNIST_FILES["train"][1]])
+        return min(len(labels), samples or len(labels))
+    return min(load_digits().n_train, samples or load_digits().n_train)

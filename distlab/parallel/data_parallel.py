@@ -22,7 +22,7 @@ import torch
 
 from ..comm.cost_model import ALGORITHMS
 from ..data import check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
-from ..datasets import check_dataset
+from ..datasets import check_dataset, train_samples
 from ..models import build_model
 from ..processes.checks import check_int
 from ..processes.worker import Worker
@@ -71,18 +71,6 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
     check_int("evaluate_every", evaluate_every, minimum=0)
     check_dataset(dataset, samples, data_root)
     return per_rank_batch(world_size, batch_size, global_batch_size, n=train_samples(dataset, samples, data_root))
-
-
-def train_samples(dataset: str, samples: int | None, data_root: str | None) -> int:
-    """Lesson 05: how many training samples ``dataset`` gives (without making or reading them all)."""
-    if dataset == "distorted_digits":
-        return 100_000 if samples is None else samples
-    if dataset == "mnist":
-        from ..datasets import MNIST_FILES, MNIST_ROOT, find_mnist, read_idx
-
-        labels = read_idx(find_mnist(data_root or MNIST_ROOT)[MNIST_FILES["train"][1]])
-        return min(len(labels), samples or len(labels))
-    return min(load_digits().n_train, samples or load_digits().n_train)
 
 
 def warmup_lr(lr: float, step: int, warmup_steps: int, world_size: int) -> float:
