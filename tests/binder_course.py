@@ -1,11 +1,12 @@
 """The simulated Binder's run of the course, started in the background as the test session begins.
 
-Why in the background (issue 25): the course's nbval run happens inside the simulated Binder
-(tools/binder_sim.py), where each lesson has one CPU's quota and 2 GiB to itself.  A lesson run
-in the browser (tests/browser/, the first tests of the session) leaves much of the machine idle:
-JupyterLab, the page and the kernel wait on each other between cells.  So the Binder
-environment is built, and its lessons run one at a time, while the first tests run; once the
-foreground itself waits for a lesson's result (test_binder.py), every core takes a lesson.
+Why in the background (issue 25): every lesson runs once in the suite, in the browser inside the
+simulated Binder (tests/browser/browser_course.py: Run All, outputs compared as nbval compares,
+every control moved, within Binder's 2 GiB and one CPU's quota); every solutions notebook runs
+once under nbval inside it (tools/binder_sim.py).  Each run has one CPU's quota, so the
+environment is built, and the lessons run one at a time, while the other tests use the rest of
+the machine (conftest.py puts the tests that wait for these results last); once the foreground
+itself waits for a result, more solutions run side by side.
 
 conftest.py starts it when the collected tests need it and stops it when the session ends (a
 lesson still running is killed, so that no process outlives the session).  For whoever works on
@@ -34,10 +35,18 @@ _current: BackgroundCourse | None = None
 
 
 class BackgroundCourse:
-    """Build the simulated Binder, then run ``lessons`` in it under nbval, each in its own group."""
+    """Build the simulated Binder, then run ``browser`` lessons in its browser (one at a time) and
+    ``lessons`` in it under nbval, each in its own group."""
 
-    def __init__(self, lessons: list[str], limits: binder_sim.Limits = binder_sim.BINDER):
+    def __init__(self, lessons: list[str], limits: binder_sim.Limits = binder_sim.BINDER,
+                 browser: list[str] = (), browser_source: Path | None = None):
         self.lessons, self.limits = list(lessons), limits
+        self.browser = None
+        if browser:
+            sys.path.insert(0, os.path.join(ROOT, "tests", "browser"))
+            from browser_course import BrowserCourse
+
+            self.browser = BrowserCourse(list(browser), browser_source, limits)
         self.reuse = os.environ.get("DISTLAB_BINDER_REUSE")
         self.dest = Path(self.reuse or tempfile.mkdtemp(prefix="distlab-binder-build-"))
         self.built: Future = Future()
@@ -49,7 +58,8 @@ class BackgroundCourse:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._wanted = 1                 # one run at a time while other tests use the machine
+        # one run at a time while other tests use the machine: the browser's lessons first, if any
+        self._wanted = 0 if self.browser else 1
 
     def start(self) -> BackgroundCourse:
         self._spawn(self._build, "binder-build")
@@ -61,12 +71,29 @@ class BackgroundCourse:
 
     def result(self, lesson: str) -> binder_sim.Measured:
         """``lesson``'s run.  The foreground waits for it, so nothing else runs: every core takes a lesson."""
-        self._more_workers(self.side_by_side)
+        self._more_workers(self._spare())
         return self.results[lesson].result()
+
+    def browser_result(self, notebook: str):
+        """``notebook``'s run in the browser (a browser_course.LessonInBrowser); meanwhile the cores the
+        foreground leaves run solutions."""
+        if self.browser is None or notebook not in self.browser.results:
+            raise RuntimeError(f"{notebook} was not collected for the browser when the session began")
+        self._more_workers(self._spare())
+        return self.browser.results[notebook].result()
+
+    def report(self, line: str) -> None:
+        REPORT.append(line)
+
+    def _spare(self) -> int:
+        browsing = any(t.is_alive() and t.name == "binder-browser" for t in self._threads)
+        return max(1, self.side_by_side - browsing)
 
     def stop(self) -> None:
         """Kill any lesson still running, wait for the threads, delete the build (1.7 GB)."""
         self._stop.set()
+        if self.browser is not None:
+            self.browser.abort()
         for t in list(self._threads):
             t.join(timeout=120)
         if not self.reuse:
@@ -85,12 +112,21 @@ class BackgroundCourse:
             self.built.set_exception(err)
             for f in self.results.values():
                 f.set_exception(err)
+            if self.browser is not None:
+                self.browser.fail_all(err)
             return
         REPORT.append(f"built in {env.build_s:.0f} s from binder/ alone"
                       + (f" (earlier: reused from {self.dest}, DISTLAB_BINDER_REUSE)" if self.reuse else ""))
         REPORT.extend(f"note: {n}" for n in env.notes)
         self.built.set_result(env)
+        if self.browser is not None:
+            self._spawn(self._browse, "binder-browser")
         self._more_workers(self._wanted)
+
+    def _browse(self) -> None:
+        self.browser.run(self.built.result(), self._stop)
+        REPORT.append(f"browser lessons: JupyterLab of the simulated Binder, in {self.browser.where}")
+        self._more_workers(1)                    # the browser's core is free: the solutions may use it
 
     def _more_workers(self, n: int) -> None:
         with self._lock:
@@ -98,7 +134,7 @@ class BackgroundCourse:
             if not self.built.done() or self.built.exception() is not None:
                 return                           # _build starts them
             running = sum(t.is_alive() and t.name.startswith("binder-lesson") for t in self._threads)
-            for k in range(running, self._wanted):
+            for k in range(running, min(self._wanted, self._todo.qsize() + running)):
                 self._spawn(self._run_lessons, f"binder-lesson-{k}")
 
     def _run_lessons(self) -> None:
@@ -122,10 +158,10 @@ class BackgroundCourse:
             self.results[lesson].set_exception(RuntimeError("the test session ended before it ran"))
 
 
-def start(lessons: list[str]) -> BackgroundCourse:
+def start(lessons: list[str], browser: list[str] = (), browser_source: Path | None = None) -> BackgroundCourse:
     """Start the build and the runs (conftest.py, once the session's tests are collected)."""
     global _current
-    _current = BackgroundCourse(lessons).start()
+    _current = BackgroundCourse(lessons, browser=browser, browser_source=browser_source).start()
     return _current
 
 

@@ -47,17 +47,50 @@ def pytest_runtest_setup(item):
         helpers.record_execution(str(item.parent.path), helpers.NBVAL_RUN)
 
 
+BINDER_FIXTURES = {"binder_env", "binder_course_run"}
+BROWSER_TEST = "test_notebook_runs_and_its_widgets_work"
+
+
+def _needs_binder(item) -> bool:
+    return bool(BINDER_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Issue 25: the tests that wait for the simulated Binder's background runs go last (the browser's
+    lessons at the very end), so that the other tests run while it builds and runs the course."""
+    rank = {id(item): (2 if getattr(item, "originalname", "") == BROWSER_TEST else 1) if _needs_binder(item) else 0
+            for item in items}
+    items.sort(key=lambda item: rank[id(item)])          # stable: each group keeps its order
+
+
+@pytest.fixture(scope="session")
+def binder_course_run():
+    """The simulated Binder's background run of the course (tests/binder_course.py)."""
+    import binder_course
+
+    return binder_course.current() or binder_course.start([])
+
+
 def pytest_collection_finish(session):
     """Start the simulated Binder's build, and its run of the course, in the background as soon as the
     collected tests need it (tests/binder_course.py says why); they wait for it where they read it."""
     if session.config.option.collectonly:
         return
-    needs = [item for item in session.items if "binder_env" in getattr(item, "fixturenames", ())]
+    needs = [item for item in session.items if _needs_binder(item)]
     if needs:
         import binder_course
 
-        binder_course.start([item.callspec.params["lesson"] for item in needs
-                             if getattr(item, "originalname", "") == "test_lesson_runs_on_binder"])
+        named = [(getattr(item, "originalname", ""), getattr(getattr(item, "callspec", None), "params", {}))
+                 for item in needs]
+        browser = [params["notebook"] for name, params in named if name == BROWSER_TEST and params.get("notebook")]
+        source = None
+        if browser:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "browser"))
+            from browser_lab import notebook_dir
+
+            source = notebook_dir()
+        binder_course.start([params["lesson"] for name, params in named if name == "test_lesson_runs_on_binder"],
+                            browser=browser, browser_source=source)
 
 
 def pytest_sessionfinish(session):

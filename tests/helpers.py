@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_EXECUTIONS = 2        # issue 25: runs of one lesson per `make test` (nbval under Binder's limits, browser)
 EXECUTIONS: dict = {}     # notebook (path from the repository's root) -> how each of its runs ran
 # how a lesson runs in the suite: the names the counter, the plan test and the summary share
-BINDER_RUN, BROWSER_RUN, NBVAL_RUN = "nbval under Binder's limits", "Run All in the browser", "nbval"
+BINDER_RUN, BROWSER_RUN, NBVAL_RUN = ("nbval under Binder's limits",
+                                     "Run All in the browser under Binder's limits, compared as nbval does", "nbval")
 
 
 def record_execution(notebook, how: str) -> None:

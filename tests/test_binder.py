@@ -80,6 +80,12 @@ def test_the_course_is_every_lesson_and_solution():
     names = [p.relative_to(ROOT).as_posix() for p in binder_sim.lessons()]
     assert names[0] == "notebooks/00_welcome.ipynb"
     assert len(names) == len(list(ROOT.glob("notebooks/*.ipynb"))) + len(list(ROOT.glob("course/solutions/*.ipynb")))
+    # the solutions run here under nbval; the lessons in the browser, in the same simulated Binder
+    sys.path.insert(0, str(ROOT / "tests" / "browser"))
+    from browser_lab import notebook_dir
+
+    in_browser = {f"notebooks/{p.name}" for p in notebook_dir().glob("*.ipynb")}
+    assert set(SOLUTIONS) | in_browser == set(names) and not set(SOLUTIONS) & in_browser
 
 
 def run_python(code, limits, **kw):
@@ -188,26 +194,27 @@ def test_distlab_sees_the_quota_of_the_group_it_runs_in():
 # ---------------------------------------------------------------- the simulated launch
 
 @pytest.fixture(scope="module")
-def binder_env():
+def binder_env(binder_course_run):
     """The simulated Binder, built in the background since the session began (tests/binder_course.py:
     conftest.py starts it once the tests are collected, and deletes it, 1.7 GB, when they end)."""
-    course = binder_course.current() or binder_course.start([])
-    env = course.env()
+    env = binder_course_run.env()
     with binder_sim.Confinement(binder_sim.BINDER) as box:
-        REPORT.append(f"limits: {box.describe()}; lessons run one at a time while other tests run, "
-                      f"{course.side_by_side} side by side once the tests wait for them, each in its own group")
+        REPORT.append(f"limits: {box.describe()}; the lessons run in the browser one at a time, the solutions "
+                      f"one at a time beside them once the other tests are done, up to "
+                      f"{binder_course_run.side_by_side} side by side, each in its own group")
     return env
 
 
-LESSONS = [p.relative_to(ROOT).as_posix() for p in binder_sim.lessons()]
+# the lessons run in the browser inside the simulated Binder (tests/browser/browser_course.py)
+SOLUTIONS = [p.relative_to(ROOT).as_posix() for p in binder_sim.lessons() if p.parent.name == "solutions"]
 
 
 @pytest.mark.binder
-@pytest.mark.timeout(1800)              # the first one also builds the environment (about 3 minutes)
-@pytest.mark.parametrize("lesson", LESSONS)
+@pytest.mark.timeout(3600)              # the wait includes the environment's build
+@pytest.mark.parametrize("lesson", SOLUTIONS)
 def test_lesson_runs_on_binder(binder_env, lesson):
-    """Every lesson and solution under nbval within Binder's limits: the suite's one nbval run of the
-    course (the other run of each lesson is in the browser, tests/browser/)."""
+    """Every solutions notebook under nbval within Binder's limits: its one run in the suite (each
+    lesson's one run is in the browser, in the same simulated Binder: tests/browser/)."""
     m = binder_course.current().result(lesson)
     REPORT.append(f"{lesson}: {'passed' if m.returncode == 0 else 'FAILED'} in {m.wall_s:.1f} s, peak "
                   f"{m.peak_pss_gb:.2f} GB summed PSS, {m.peak_gb:.2f} GB summed RSS ({m.peak_processes} processes)"

@@ -96,6 +96,7 @@ class Confinement:
         self.name = name or f"distlab-binder-{os.getpid()}-{time.monotonic_ns()}"
         self.kind = "none"
         self.dirs: list[Path] = []       # the cgroup folders (v2: one; v1: memory and cpu)
+        self.adopted: set[int] = set()   # watchdog only: processes moved in with ``adopt``
 
     # -- set-up
     def __enter__(self):
@@ -157,10 +158,41 @@ class Confinement:
     # -- what the child runs before exec
     def preexec(self):
         os.setsid()                      # its own process group, so that a timeout can stop all of it
+        self.adopt(os.getpid())
+
+    # -- a process that is already running (the browser's JupyterLab and its kernel: issue 25)
+    def adopt(self, pid: int) -> None:
+        """Move ``pid`` (all its threads) into the group; what it starts from now on is born inside.
+
+        The memory it already holds stays charged to its old group (recent kernels no longer move
+        charges), so a caller that wants the whole process counted lowers the limit by its RSS:
+        ``set_memory_limit``."""
         for d in self.dirs:
-            (d / "cgroup.procs").write_text(str(os.getpid()))
+            (d / "cgroup.procs").write_text(str(pid))
         if self.kind == "watchdog" and self.limits.cpus is not None and self.limits.cpus <= 1:
-            os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+            core = sorted(os.sched_getaffinity(0))[0]
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), {core})
+            self.adopted.add(pid)
+        elif self.kind == "watchdog":
+            self.adopted.add(pid)
+
+    def set_memory_limit(self, nbytes: int) -> None:
+        """Change the group's memory limit (the watchdog reads ``limits`` too)."""
+        self.limits = Limits(nbytes, self.limits.cpus)
+        if self.kind == "cgroup v1":
+            (self.dirs[0] / "memory.limit_in_bytes").write_text(str(nbytes))
+        elif self.kind == "cgroup v2":
+            (self.dirs[0] / "memory.max").write_text(str(nbytes))
+
+    def release(self, pid: int) -> None:
+        """Move ``pid`` back out of the group, to the group it came from (the machine's root group)."""
+        for d in self.dirs:
+            (d.parent / "cgroup.procs").write_text(str(pid))
+        if self.kind == "watchdog":
+            self.adopted.discard(pid)
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), os.sched_getaffinity(0))
 
     # -- reading it
     def describe(self) -> str:
@@ -181,11 +213,13 @@ class Confinement:
         """Every process of the run: the cgroup's members, or the root's process tree."""
         if self.dirs:
             return {int(p) for p in (self.dirs[0] / "cgroup.procs").read_text().split()}
-        try:
-            root = psutil.Process(root_pid)
-            return {root_pid} | {c.pid for c in root.children(recursive=True)}
-        except psutil.NoSuchProcess:
-            return set()
+        found = set()
+        for pid in {root_pid} | self.adopted:
+            try:
+                found |= {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}
+            except psutil.NoSuchProcess:
+                pass
+        return found
 
     def group_peak_bytes(self) -> int | None:
         """The kernel's own peak charge for the group (RSS + page cache it counts), if a cgroup."""
@@ -321,17 +355,73 @@ def _left_behind(box: Confinement, root_pid: int, grace: float = 10.0) -> list[s
     return names
 
 
+class Watch:
+    """The memory of a confinement's processes, sampled in a thread, for a run started elsewhere.
+
+    Issue 25: a lesson run in the browser is started by JupyterLab, not by ``measure``; its
+    server and kernel are moved into the group (``Confinement.adopt``) and watched here with
+    the same peaks and watchdog as ``measure``.  Use as a context manager around the run.
+    """
+
+    def __init__(self, box: Confinement, interval: float = 0.1):
+        self.box, self.interval = box, interval
+        self.peak = self.peak_n = self.peak_pss = 0
+        self.at_peak: dict = {}
+        self.watchdog = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="binder-watch", daemon=True)
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.wall_s = time.perf_counter() - self.t0
+
+    def _loop(self):
+        limit = self.box.limits.memory_bytes
+        while not self._stop.is_set():
+            rss, pss, n, each = _sum_memory(self.box.pids(-1))
+            if rss > self.peak:
+                self.peak, self.peak_n = rss, n
+            if pss > self.peak_pss:
+                self.peak_pss, self.at_peak = pss, {pid: (_command(pid), p) for pid, p in each.items()}
+            if self.box.kind == "watchdog" and limit is not None and pss > limit:
+                self.watchdog = True
+                for pid in each:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            self._stop.wait(self.interval)
+
+    def measured(self, command: list, returncode: int, left_behind: list, output: str = "") -> Measured:
+        return Measured(command=[str(c) for c in command], returncode=returncode, wall_s=self.wall_s,
+                        peak_rss_bytes=self.peak, peak_pss_bytes=self.peak_pss, peak_processes=self.peak_n,
+                        group_peak_bytes=self.box.group_peak_bytes(), oom_kills=self.box.oom_kills(),
+                        watchdog_killed=self.watchdog, throttled_periods=self.box.throttled_periods(),
+                        left_behind=left_behind, enforced=self.box.describe(), at_peak=_who(self.at_peak),
+                        output=output)
+
+
 _networks = itertools.count()
 
 
 @contextmanager
-def own_network():
-    """Yield (command prefix, what it is): a network namespace of the run's own, loopback only.
+def own_network(reachable: bool = False):
+    """Yield (command prefix, what it is, address): a network namespace of the run's own.
 
     Binder gives every session a pod, and every pod its own network: two learners' lessons may
     both start torchrun's store on port 29500.  Two lessons run side by side here must not meet
     either (lessons 09 and 10 use fixed ports), so each gets a namespace like a pod's.  Without
     root or ``ip``, the host's network is used, and ``enforced`` says so.
+
+    ``reachable``: the namespace also gets a link to the host (a veth pair on a /30 of its own,
+    as a pod has its address), so that a browser on the host can reach a server inside it;
+    ``address`` is the namespace's end ("127.0.0.1" when there is no namespace, or no link).
     """
     for old in glob.glob("/run/netns/dlbinder-*"):          # left by a run that was killed
         owner = Path(old).name.split("-")[1]
@@ -339,16 +429,34 @@ def own_network():
             subprocess.run(["ip", "netns", "del", Path(old).name], capture_output=True)
     name = f"dlbinder-{os.getpid()}-{next(_networks)}"
     if os.geteuid() != 0 or shutil.which("ip") is None:
-        yield [], "the host's network (no namespace of its own: not root, or no ip)"
+        yield [], "the host's network (no namespace of its own: not root, or no ip)", "127.0.0.1"
         return
     made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
     if made.returncode:
-        yield [], f"the host's network (ip netns add failed: {made.stderr.strip()})"
+        yield [], f"the host's network (ip netns add failed: {made.stderr.strip()})", "127.0.0.1"
         return
+    host_end = None
     try:
         subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True, capture_output=True)
-        yield ["ip", "netns", "exec", name], "a network namespace of its own (loopback only)"
+        where, address = "a network namespace of its own (loopback only)", "127.0.0.1"
+        if reachable:
+            k = next(_networks)
+            host_end, inner = f"dlv{os.getpid() % 100000}h{k}", f"dlv{os.getpid() % 100000}n{k}"
+            base = f"10.{200 + os.getpid() % 50}.{(os.getpid() // 50) % 250}"    # a /30 per link
+            last = (k % 63) * 4
+            address = f"{base}.{last + 2}"
+            for cmd in (["ip", "link", "add", host_end, "type", "veth", "peer", "name", inner],
+                        ["ip", "link", "set", inner, "netns", name],
+                        ["ip", "addr", "add", f"{base}.{last + 1}/30", "dev", host_end],
+                        ["ip", "link", "set", host_end, "up"],
+                        ["ip", "-n", name, "addr", "add", f"{address}/30", "dev", inner],
+                        ["ip", "-n", name, "link", "set", inner, "up"]):
+                subprocess.run(cmd, check=True, capture_output=True)
+            where = f"a network namespace of its own (loopback, and {address} on a link to the host)"
+        yield ["ip", "netns", "exec", name], where, address
     finally:
+        if host_end:
+            subprocess.run(["ip", "link", "del", host_end], capture_output=True)
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
@@ -359,7 +467,7 @@ def measure(command, *, cwd, env=None, limits: Limits = BINDER, timeout: float =
 
     ``stop``: when set (by another thread: the test session ending), the run is killed at once.
     ``network``: the run gets a network namespace of its own (``own_network``), as a Binder pod does."""
-    with own_network() if network else nullcontext(([], "")) as (prefix, where):
+    with own_network() if network else nullcontext(([], "", "127.0.0.1")) as (prefix, where, _):
         m = _measure([*prefix, *command], cwd=cwd, env=env, limits=limits, timeout=timeout, interval=interval,
                      cgroup=cgroup, grace=grace, stop=stop)
     if where:

@@ -58,15 +58,22 @@ def free_port() -> int:
 
 
 class LabServer:
-    """A running ``jupyter lab`` and the few REST calls the tests need."""
+    """A running ``jupyter lab`` and the few REST calls the tests need.
 
-    def __init__(self, base: Path, source: Path):
+    ``binder``: a simulated Binder (tools/binder_sim.BinderEnv): the server is that environment's
+    JupyterLab, started through its ``binder/start`` as repo2docker starts it, so the kernel and
+    every rank run with the packages built from ``binder/`` alone.  ``prefix`` and ``host``: a
+    command prefix that puts the server in a network namespace of its own and the address it
+    listens on there (binder_sim.own_network(reachable=True)).
+    """
+
+    def __init__(self, base: Path, source: Path, binder=None, prefix=(), host: str = "127.0.0.1"):
         self.source = source
         self.root = base / "root"
         self.log_path = base / "jupyter.log"
         self.port = free_port()
         self.token = secrets.token_hex(24)
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         shutil.copytree(source, self.root,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         settings = base / "user-settings"
@@ -77,15 +84,17 @@ class LabServer:
         for d in ("workspaces", "config", "data", "runtime"):
             (base / d).mkdir()
 
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        env = {k: v for k, v in (binder.environ() if binder else os.environ).items() if not k.startswith("PYTEST_")}
         # ipykernel forwards the output of worker processes only when PYTEST_CURRENT_TEST is unset
-        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        python, start = (binder.python, [str(binder.repo / "binder" / "start")]) if binder else (sys.executable, [])
+        env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
         env["JUPYTER_CONFIG_DIR"] = str(base / "config")   # no ~/.jupyter config
         env["JUPYTER_DATA_DIR"] = str(base / "data")       # no user-level kernels or workspaces
         env["JUPYTER_RUNTIME_DIR"] = str(base / "runtime")
         cmd = [
-            sys.executable, "-m", "jupyter", "lab", "--no-browser",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
+            *prefix, *start, str(python), "-m", "jupyter", "lab", "--no-browser",
+            f"--ServerApp.ip={host}", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
+            f"--ServerApp.allow_remote_access={host != '127.0.0.1'}",
             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
             "--ServerApp.open_browser=False",
             f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={base / 'workspaces'}",
