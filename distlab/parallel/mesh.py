@@ -89,9 +89,11 @@ def gradient_averager(members: list[int], group, counter: dict):
     return average
 
 
-def validate_args(world_size: int, *, data: int, pipeline: int, tensor: int, width: int, depth: int,
-                  global_batch_size: int, micro_batches: int, schedule: str, steps: int, lr: float) -> None:
+def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "cpu", data: int, pipeline: int,
+                  tensor: int, width: int, depth: int, global_batch_size: int, micro_batches: int, schedule: str,
+                  steps: int, lr: float) -> None:
     """Lesson 07: the mesh and each part's settings, checked before any process starts."""
+    tensor_parallel.check_backend("mesh.train", backend, device)
     check_mesh(world_size, data, pipeline, tensor)
     if pipeline > 1 and tensor > 1:
         raise ValueError("this miniature combines data parallelism with either pipeline or tensor "
@@ -142,6 +144,7 @@ def train(worker, *, data: int = 2, pipeline: int = 2, tensor: int = 1, width: i
 
 
 train.validate_args = validate_args
+train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})
 
 
 class _SplitAndAverage(tensor_parallel.SplitBlock):

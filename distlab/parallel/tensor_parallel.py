@@ -191,7 +191,19 @@ class SplitBlock(Strategy):
         run.optimizer = torch.optim.SGD(run.model.parameters(), lr=run.optimizer.param_groups[0]["lr"])
 
 
-def validate_args(world_size: int, *, width: int, global_batch_size: int, steps: int, lr: float, dtype: str) -> None:
+def check_backend(name: str, backend: str, device: str) -> None:
+    """Lesson 07: tensor parallelism here speaks torch.distributed: refuse other backends before start."""
+    if backend != "torchrun":
+        raise ValueError(f"{name} runs on launch(backend='torchrun') only: its all-reduces inside forward "
+                         f"and backward use torch.distributed process groups (got backend={backend!r})")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+
+
+def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "cpu", width: int,
+                  global_batch_size: int, steps: int, lr: float, dtype: str) -> None:
+    """Lesson 07: a tensor-parallel job's settings, checked before any process starts."""
+    check_backend("tensor_parallel.train", backend, device)
     check_settings(world_size, model="mlp", width=width, steps=steps, lr=lr, dtype=dtype)
     check_tensor_parallel(width, world_size)
     check_int("global_batch_size", global_batch_size)
@@ -222,3 +234,5 @@ def train(worker, *, width: int = 64, global_batch_size: int = 64, steps: int = 
 
 
 train.validate_args = validate_args
+# what it runs on (the one loop keeps each rank's slices in its own checkpoint and obeys faults)
+train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})
