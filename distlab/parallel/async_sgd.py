@@ -76,8 +76,14 @@ class ServerRecord:
 
 
 def validate_args(world_size: int, *, model: str, width: int, batch_size: int, steps: int, lr: float,
-                  dtype: str, straggler) -> int:
+                  dtype: str, straggler, backend: str = "torchrun", device: str = "cpu") -> int:
     """Check an asynchronous job before any process starts; return the per-worker batch."""
+    if backend != "torchrun":
+        raise ValueError("async_sgd.train runs on launch(backend='torchrun') only: its server receives from "
+                         f"whichever worker is ready (dist.recv, no source), which Horovod cannot (got {backend!r})")
+    if device != "cpu":
+        raise ValueError("async_sgd.train runs on device='cpu' only (gloo): NCCL cannot receive from any rank, "
+                         f"got device={device!r}")
     if world_size < 2:
         raise ValueError(f"a parameter server needs world_size >= 2 (1 server + workers), "
                          f"got {world_size}")
@@ -116,6 +122,7 @@ def train(worker, *, model: str = "mlp", width: int = 64, batch_size: int = 32, 
 
 
 train.validate_args = validate_args   # the launcher calls it before starting any process
+train.supports = frozenset({"torchrun", "cpu"})   # no checkpoints or faults: the server keeps its own loop
 
 
 class AsyncWorker(Strategy):

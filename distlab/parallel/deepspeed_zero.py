@@ -231,7 +231,14 @@ def full_params(model, stage: int) -> dict:
 
 
 def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", gradient_clipping: float = 0.0,
-                **settings) -> None:
+                backend: str = "torchrun", device: str = "cpu", **settings) -> None:
+    """Lesson 08: a DeepSpeed job's settings, checked before any process starts."""
+    if backend != "torchrun":
+        raise ValueError("deepspeed_zero.train runs on launch(backend='torchrun') only: DeepSpeed joins "
+                         f"torch.distributed's process group, which Horovod jobs lack (got backend={backend!r})")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"deepspeed_zero.train runs on device 'cpu' (DeepSpeed's CPU accelerator) or 'cuda', "
+                         f"got {device!r}")
     reason = available()
     if reason:
         raise RuntimeError(reason)
@@ -242,3 +249,4 @@ def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", gra
 
 
 train.validate_args = check_train
+train.supports = frozenset({"torchrun", "cpu", "cuda"})   # no checkpoints or faults yet: its loop is its own

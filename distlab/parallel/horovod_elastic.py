@@ -100,6 +100,11 @@ def train(run_dir: str, steps: int, commit_every: int = 10, fault_step: int | No
     hvd.shutdown()
 
 
+# Not a function ``distlab.launch`` runs: ``horovodrun`` starts it (``command``), and it keeps its own
+# state (an in-memory ``state.commit()``, not checkpoints on disk) and its own fault (``fault_step``)
+train.supports = frozenset({"horovod", "cpu"})
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     run_dir, steps, commit_every, *fault = args

@@ -41,9 +41,20 @@ from . import schedules, stages
 from .loop import Logbook
 
 
+def check_place(name: str, backend: str, device: str) -> None:
+    """Lesson 06: a pipeline sends activations point to point, which only torch.distributed offers."""
+    if backend != "torchrun":
+        raise ValueError(f"{name} runs on launch(backend='torchrun') only: Horovod has no point-to-point "
+                         f"send/recv, and a pipeline's stages pass activations that way (got backend={backend!r})")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"{name} runs on device 'cpu' (gloo) or 'cuda' (NCCL), got {device!r}")
+
+
 def validate_args(world_size: int, *, model: str, width: int, depth: int, global_batch_size: int,
-                  micro_batches: int, schedule: str, chunks: int, steps: int, lr: float, dtype: str) -> None:
+                  micro_batches: int, schedule: str, chunks: int, steps: int, lr: float, dtype: str,
+                  backend: str = "torchrun", device: str = "cpu") -> None:
     """Lesson 06: a pipeline job's settings, checked before any process starts."""
+    check_place("pipeline.train", backend, device)
     schedules.check_schedule(schedule, world_size, micro_batches, chunks)
     check_int("steps", steps)
     check_positive("lr", lr)
@@ -142,6 +153,9 @@ def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int,
 
 
 train.validate_args = validate_args
+# what it runs on (the ``fn.supports`` every launchable training function has): torch.distributed's
+# send/recv on CPU (gloo) or GPU (NCCL); checkpoints and faults through the Logbook of loop.py
+train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})
 
 
 class Stage:

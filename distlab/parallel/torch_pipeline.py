@@ -28,7 +28,10 @@ from . import pipeline, stages
 LIBRARY_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
 
-def validate_args(world_size: int, *, schedule: str, **settings) -> None:
+def validate_args(world_size: int, *, schedule: str, backend: str = "torchrun", device: str = "cpu",
+                  **settings) -> None:
+    """Lesson 06: ``pipeline.validate_args``, for the library's two schedules."""
+    pipeline.check_place("torch_pipeline.train", backend, device)
     if schedule not in LIBRARY_SCHEDULES:
         raise ValueError(f"torch.distributed.pipelining is used here with {' or '.join(LIBRARY_SCHEDULES)}, "
                          f"got {schedule!r}")
@@ -79,3 +82,4 @@ def train(worker, *, model: str = "mlp", width: int = 64, depth: int = 2, global
 
 
 train.validate_args = validate_args
+train.supports = frozenset({"torchrun", "cpu", "cuda"})   # no checkpoints or faults yet: its loop is its own
