@@ -38,10 +38,16 @@ import time
 import torch
 
 from .jobs import Job
-from .worker import DEFAULT_TIMEOUT, Worker, choose_device, torch_device
+from .worker import DEFAULT_TIMEOUT, Group, Worker, check_members, choose_device, torch_device
 
 NAME = "horovod"
 LOOPBACK = "lo"   # keep every rank's traffic on this machine's loopback interface
+
+
+# Horovod's collectives need every rank of a job; it has no send/recv (lesson 06's pipeline).
+NO_POINT_TO_POINT = ("Horovod has no point-to-point send/recv (only collectives): "
+                     "launch with backend='torchrun' for a pipeline or anything else that sends to one rank")
+_PROCESS_SETS: dict[tuple[int, ...], object] = {}   # this process's Horovod process sets, by their ranks
 
 
 class HorovodWorker(Worker):
@@ -54,22 +60,67 @@ class HorovodWorker(Worker):
                          timeout, run_dir)
         self.hvd = hvd
 
-    def all_reduce(self, tensor, op="sum"):
+    def all_reduce(self, tensor, op="sum", group=None):
         self.check_op(op)
         hvd = self.hvd
-        self._wait(hvd.allreduce_async_(tensor, op=hvd.Sum if op == "sum" else hvd.Average), "all_reduce")
+        if self.alone(group):
+            return tensor
+        self._wait(hvd.allreduce_async_(tensor, op=hvd.Sum if op == "sum" else hvd.Average,
+                                        process_set=self._set(group)), "all_reduce")
         return tensor
 
-    def broadcast(self, tensor, src=0):
-        self._wait(self.hvd.broadcast_async_(tensor, root_rank=src), "broadcast")
+    def broadcast(self, tensor, src=0, group=None):
+        if not self.alone(group):
+            self._wait(self.hvd.broadcast_async_(tensor, root_rank=src, process_set=self._set(group)), "broadcast")
         return tensor
 
-    def all_gather(self, tensor):
-        return list(self._wait(self.hvd.allgather_async(tensor.unsqueeze(0)), "all_gather").unbind(0))
+    def all_gather(self, tensor, group=None):
+        if self.alone(group):
+            return [tensor.clone()]
+        handle = self.hvd.allgather_async(tensor.unsqueeze(0), process_set=self._set(group))
+        return list(self._wait(handle, "all_gather").unbind(0))
+
+    def reduce_scatter(self, tensor, op="sum", group=None):
+        self.check_op(op)
+        n = self.pieces(tensor, group)
+        if n == 1:
+            return tensor.clone()
+        hvd = self.hvd
+        handle = hvd.reducescatter_async(tensor.contiguous(), op=hvd.Sum if op == "sum" else hvd.Average,
+                                         process_set=self._set(group))
+        return self._wait(handle, "reduce_scatter")
+
+    def all_to_all(self, tensor, group=None):
+        n = self.pieces(tensor, group)
+        if n == 1:
+            return tensor.clone()
+        out = self._wait(self.hvd.alltoall_async(tensor.contiguous(), process_set=self._set(group)), "all_to_all")
+        return out[0] if isinstance(out, tuple) else out     # (received, how many from each)
+
+    def send(self, tensor, dst):
+        raise RuntimeError(NO_POINT_TO_POINT)
+
+    def recv(self, tensor, src):
+        raise RuntimeError(NO_POINT_TO_POINT)
 
     def barrier(self):
         # An all-reduce of nothing: no rank can finish it before every rank has started it.
         self._wait(self.hvd.allreduce_async_(torch.zeros(1), op=self.hvd.Sum), "barrier")
+
+    def new_group(self, ranks):
+        """Lesson 07: a Horovod *process set*.  Horovod allows one set per list of ranks, so a
+        rank kept warm for the next job reuses the sets it made before (``_PROCESS_SETS``)."""
+        ranks = check_members(ranks, self.world_size)
+        if len(ranks) == self.world_size:
+            return Group(ranks, self.hvd.global_process_set)
+        if len(ranks) == 1:
+            return Group(ranks)
+        if ranks not in _PROCESS_SETS:
+            _PROCESS_SETS[ranks] = self.hvd.add_process_set(list(ranks))
+        return Group(ranks, _PROCESS_SETS[ranks])
+
+    def _set(self, group):
+        return self.hvd.global_process_set if group is None else group.handle
 
     def data_parallel(self, model, optimizer):
         """Horovod's way: broadcast rank 0's parameters, wrap the optimizer; its hooks start one
@@ -91,6 +142,7 @@ class HorovodWorker(Worker):
     def stop(self):
         if os.environ.get("HOROVOD_TIMELINE"):       # lesson 10: let rank 0 write the timeline's last events
             self.hvd.stop_timeline()
+        _PROCESS_SETS.clear()
         self.hvd.shutdown()
 
     def _wait(self, handle, what: str):
@@ -125,6 +177,8 @@ def start_worker(device: str = "auto", timeout: float = DEFAULT_TIMEOUT,
     # Horovod reads Gloo's time limit (for connecting, and for each transfer) from the
     # environment in init(); a rank that never joins a collective is _poll's business.
     os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, math.ceil(timeout)))
+    # lesson 07: process sets (``new_group``) are made when a job asks for them, after init
+    os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
     hvd.init()
     return HorovodWorker(hvd, torch_device(choose_device(device, hvd.local_size()), hvd.local_rank()),
                          timeout, run_dir)

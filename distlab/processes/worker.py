@@ -9,6 +9,10 @@ module is the *interface*; each launch backend implements it in a module of its 
 ``all_reduce``         ``dist.all_reduce`` (sum, then divide)      ``hvd.allreduce_async_``
 ``broadcast``          ``dist.broadcast``                          ``hvd.broadcast_async_``
 ``all_gather``         ``dist.all_gather``                         ``hvd.allgather_async``
+``reduce_scatter``     ``dist.reduce_scatter_tensor``              ``hvd.reducescatter_async``
+``all_to_all``         ``dist.all_to_all_single``                  ``hvd.alltoall_async``
+``send``/``recv``      ``dist.isend``/``dist.irecv``               none: Horovod has no point-to-point
+``new_group``          ``dist.new_group``                          ``hvd.add_process_set``
 ``barrier``            ``dist.barrier``                            an all-reduce of nothing
 ``data_parallel``      ``DistributedDataParallel``                 ``hvd.DistributedOptimizer``
 ``wait``               nothing (DDP waits inside ``backward``)     the optimizer's all-reduces
@@ -20,6 +24,11 @@ touches torch.distributed's process group or Horovod's internals.
 Device policy (``choose_device``): one GPU per rank with NCCL when the machine has at least
 as many GPUs as local ranks; otherwise CPU processes that talk over gloo.  The code path is
 the same; only the device and the communication library change.
+
+Lesson 07: every collective takes an optional ``group`` (a ``Group``: some of the job's
+ranks, made by ``new_group`` or by a ``named_mesh.Mesh``), so that tensor, pipeline and
+data groups of one job talk among themselves; without one it involves every rank.  On
+torchrun a group is a torch.distributed process group, on Horovod a *process set*.
 
 Every collective has a timeout (``timeout`` seconds, 60 by default): a rank that never
 arrives makes the others fail with an error instead of waiting forever.
@@ -75,6 +84,33 @@ def torch_device(dev: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+@dataclass(frozen=True)
+class Group:
+    """Lesson 07: some of the job's ranks that talk among themselves, in rank order.
+
+    ``handle`` is the backend's own object (a torch.distributed process group, a Horovod
+    ``ProcessSet``); a group of one rank needs none (its collectives copy, send nothing).
+    """
+
+    ranks: tuple[int, ...]
+    handle: object = field(default=None, compare=False, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.ranks)
+
+    def index(self, rank: int) -> int:
+        """Where ``rank`` sits in the group (its ``group rank``)."""
+        return self.ranks.index(rank)
+
+
+def check_members(ranks, world_size: int) -> tuple[int, ...]:
+    """Lesson 07: a group's ranks: distinct ranks of the job, returned sorted."""
+    ranks = tuple(sorted(int(r) for r in ranks))
+    if not ranks or len(set(ranks)) != len(ranks) or ranks[0] < 0 or ranks[-1] >= world_size:
+        raise ValueError(f"a group needs distinct ranks between 0 and {world_size - 1}, got {list(ranks)}")
+    return ranks
+
+
 @dataclass
 class Worker:
     """What a training function needs to know about itself and its peers (lesson 01)."""
@@ -97,22 +133,74 @@ class Worker:
     # as one); each backend's subclass names itself and implements the collectives.
     backend = "single"
 
-    # -- the collectives: every rank must call them, in the same order --------------------
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        """Combine ``tensor`` across all ranks in place; ``op`` is ``"sum"`` or ``"avg"``."""
+    # -- the collectives: every rank of the group must call them, in the same order -----------
+    # ``group=None`` means every rank of the job; ranks (``src``, ``dst``) are ranks of the job.
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", group: Group | None = None) -> torch.Tensor:
+        """Combine ``tensor`` across the group in place; ``op`` is ``"sum"`` or ``"avg"``."""
         raise NotImplementedError
 
-    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        """Overwrite ``tensor`` on every rank with rank ``src``'s copy."""
+    def broadcast(self, tensor: torch.Tensor, src: int = 0, group: Group | None = None) -> torch.Tensor:
+        """Overwrite ``tensor`` on every rank of the group with rank ``src``'s copy."""
         raise NotImplementedError
 
-    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        """Every rank's ``tensor`` (same shape on every rank), in rank order."""
+    def all_gather(self, tensor: torch.Tensor, group: Group | None = None) -> list[torch.Tensor]:
+        """Every group member's ``tensor`` (same shape on every rank), in rank order."""
+        raise NotImplementedError
+
+    def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum", group: Group | None = None) -> torch.Tensor:
+        """Lesson 03's first half: combine ``tensor`` across the group and keep only this rank's
+        share: cut along dim 0 into ``len(group)`` equal pieces, the ``i``-th member keeps piece ``i``."""
+        raise NotImplementedError
+
+    def all_to_all(self, tensor: torch.Tensor, group: Group | None = None) -> torch.Tensor:
+        """Cut ``tensor`` along dim 0 into ``len(group)`` pieces, send piece ``i`` to member ``i``;
+        return the pieces received, in the members' order (expert parallelism's exchange)."""
+        raise NotImplementedError
+
+    def send(self, tensor: torch.Tensor, dst: int) -> None:
+        """Point-to-point: send ``tensor`` to rank ``dst`` (waits until it has been taken)."""
+        raise NotImplementedError
+
+    def recv(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
+        """Point-to-point: fill ``tensor`` with what rank ``src`` sends."""
         raise NotImplementedError
 
     def barrier(self) -> None:
         """Wait until every rank has arrived here."""
         raise NotImplementedError
+
+    def new_group(self, ranks) -> Group:
+        """Lesson 07: a group of ``ranks``.  Every rank of the job must make every group, in the
+        same order, even the groups it is not in."""
+        raise NotImplementedError
+
+    def mesh_groups(self, layout: torch.Tensor, names: tuple[str, ...]) -> dict[str, Group]:
+        """Lesson 07: this rank's group along each axis of ``layout`` (a tensor of ranks whose
+        dimensions are called ``names``): the lines through it along that axis."""
+        mine = {}
+        for axis, name in enumerate(names):
+            moved = layout.movedim(axis, -1)
+            for line in moved.reshape(-1, moved.shape[-1]).tolist():
+                group = self.new_group(line)          # every rank makes every group, in order
+                if self.rank in line:
+                    mine[name] = group
+        return mine
+
+    def members(self, group: Group | None) -> tuple[int, ...]:
+        """The ranks of ``group`` (every rank when it is None)."""
+        return tuple(range(self.world_size)) if group is None else group.ranks
+
+    def alone(self, group: Group | None) -> bool:
+        """True when ``group`` is this rank alone: its collectives send nothing."""
+        return len(self.members(group)) == 1
+
+    def pieces(self, tensor: torch.Tensor, group: Group | None) -> int:
+        """How many pieces reduce-scatter and all-to-all cut ``tensor`` into (checked)."""
+        n = len(self.members(group))
+        if tensor.dim() == 0 or tensor.shape[0] % n:
+            raise ValueError(f"a tensor of shape {tuple(tensor.shape)} does not cut into {n} equal pieces "
+                             "along dim 0")
+        return n
 
     # -- the backend's own data parallelism -------------------------------------------------
     def data_parallel(self, model, optimizer):
