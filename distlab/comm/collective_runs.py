@@ -45,7 +45,8 @@ def compare_with_dist(worker, shapes=((12,), (13,), (3, 7)), dtypes=("float32", 
 
 
 def compare_with_dist_args(world_size: int, *, algorithms=tuple(ALGORITHMS), ops=OPS,
-                           dtypes=("float32", "float64"), **_) -> None:
+                           dtypes=("float32", "float64"), backend: str = "torchrun", device: str = "cpu", **_) -> None:
+    _torchrun_only(backend)
     for a in algorithms:
         check_algorithm(a)
     for op in ops:
@@ -57,6 +58,13 @@ def compare_with_dist_args(world_size: int, *, algorithms=tuple(ALGORITHMS), ops
 
 
 compare_with_dist.validate_args = compare_with_dist_args
+compare_with_dist.supports = frozenset({"torchrun", "cpu", "cuda"})
+
+
+def _torchrun_only(backend: str) -> None:
+    if backend != "torchrun":
+        raise ValueError("the hand-written collectives run on launch(backend='torchrun') only: they use "
+                         "torch.distributed send/recv, which Horovod does not have")
 
 
 def demo_values(rank: int, numel: int) -> torch.Tensor:
@@ -84,7 +92,9 @@ def trace(worker, algorithms=tuple(ALGORITHMS), numel: int = 8) -> dict:
     return out
 
 
-def trace_args(world_size: int, *, algorithms=tuple(ALGORITHMS), numel: int = 8, **_) -> None:
+def trace_args(world_size: int, *, algorithms=tuple(ALGORITHMS), numel: int = 8, backend: str = "torchrun",
+               device: str = "cpu", **_) -> None:
+    _torchrun_only(backend)
     for a in algorithms:
         check_algorithm(a)
     if not isinstance(numel, int) or not 1 <= numel <= 9:
@@ -94,6 +104,7 @@ def trace_args(world_size: int, *, algorithms=tuple(ALGORITHMS), numel: int = 8,
 
 
 trace.validate_args = trace_args
+trace.supports = frozenset({"torchrun", "cpu", "cuda"})
 
 
 def merge_traces(records: list[dict]) -> dict:

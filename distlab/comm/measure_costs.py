@@ -122,7 +122,10 @@ def _run(algorithm: str, x: torch.Tensor) -> None:
 
 
 def measure_args(world_size: int, *, algorithms=(*ALGORITHMS, BASELINE), dtype: str = "float32",
-                 sizes=(1_000,), **_) -> None:
+                 sizes=(1_000,), backend: str = "torchrun", device: str = "cpu", **_) -> None:
+    if backend != "torchrun":
+        raise ValueError("measure runs on launch(backend='torchrun') only: the hand-written all-reduces "
+                         "use torch.distributed send/recv")
     if world_size < 2:
         raise ValueError("measuring communication needs at least 2 ranks")
     for a in algorithms:
@@ -135,6 +138,7 @@ def measure_args(world_size: int, *, algorithms=(*ALGORITHMS, BASELINE), dtype: 
 
 
 measure.validate_args = measure_args
+measure.supports = frozenset({"torchrun", "cpu", "cuda"})
 
 
 def compare(measurement: dict, link: Link) -> list[dict]:

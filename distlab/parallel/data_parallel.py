@@ -55,8 +55,12 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
                   global_batch_size,
                   steps: int, lr: float, dtype: str, straggler, warmup_steps: int, depth: int = 2,
                   optimizer: str = "sgd", dataset: str = "digits", samples: int | None = None,
-                  data_root: str | None = None, evaluate_every: int = 0) -> int:
+                  data_root: str | None = None, evaluate_every: int = 0, backend: str = "torchrun",
+                  device: str = "cpu") -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
+    if collective != "dist" and backend != "torchrun":
+        raise ValueError(f"collective={collective!r} runs on launch(backend='torchrun') only: the hand-written "
+                         "all-reduces use torch.distributed send/recv, which Horovod does not have")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
     if collective != "dist" and collective not in ALGORITHMS:
@@ -127,6 +131,7 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
 
 
 train.validate_args = validate_args   # distlab.launch calls it before starting any process
+train.supports = frozenset({"torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault"})   # what launch may ask
 
 
 def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
@@ -173,13 +178,14 @@ def train_both_methods(worker, **config) -> dict:
     return {method: train(worker, method=method, **config) for method in ("by_hand", "ddp")}
 
 
-def _check_both_methods(world_size: int, **config) -> None:
+def _check_both_methods(world_size: int, *, backend: str = "torchrun", device: str = "cpu", **config) -> None:
     from ..processes.checks import bind_arguments
 
     if "method" in config:
         raise ValueError("train_both_methods runs both methods: leave out method=")
     for method in ("by_hand", "ddp"):
-        bind_arguments(train, world_size, dict(config, method=method))
+        bind_arguments(train, world_size, dict(config, method=method), backend=backend, device=device)
 
 
 train_both_methods.validate_args = _check_both_methods
+train_both_methods.supports = frozenset({"torchrun", "horovod", "cpu", "cuda"})   # two runs: no one checkpoint

@@ -72,13 +72,18 @@ def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp"
     return record
 
 
-def check_fsdp(world_size: int, *, stage: int = 3, **config) -> None:
+def check_fsdp(world_size: int, *, stage: int = 3, backend: str = "torchrun", device: str = "cpu",
+               **config) -> None:
+    """Lesson 08: an FSDP2 job's settings, checked before any process starts."""
+    if backend != "torchrun":
+        raise ValueError("fsdp.train runs on launch(backend='torchrun') only: FSDP2 shards over torch.distributed")
     if stage != 3:
         raise ValueError(f"FSDP2 is ZeRO stage 3 (parameters sharded too), got stage={stage!r}")
-    check_train(world_size, stage=1, **config)
+    check_train(world_size, stage=1, backend=backend, device=device, **config)
 
 
 train.validate_args = check_fsdp
+train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})
 
 
 def every_stage(worker, **settings) -> dict:
@@ -92,10 +97,11 @@ def every_stage(worker, **settings) -> dict:
     return out
 
 
-def check_every_stage(world_size: int, **settings) -> None:
+def check_every_stage(world_size: int, *, backend: str = "torchrun", device: str = "cpu", **settings) -> None:
     if "stage" in settings:
         raise ValueError("every_stage runs every stage: leave out stage=")
-    check_train(world_size, stage=1, **settings)
+    check_train(world_size, stage=1, backend=backend, device=device, **settings)
 
 
 every_stage.validate_args = check_every_stage
+every_stage.supports = frozenset({"torchrun", "cpu", "cuda"})   # four runs in one job: no one checkpoint

@@ -74,7 +74,7 @@ class LocalSGD(Accumulate):
 
 
 def validate_args(world_size: int, *, k: int, average: str, model: str, width: int, batch_size: int,
-                  steps: int, lr: float, dtype: str) -> int:
+                  steps: int, lr: float, dtype: str, backend: str = "torchrun", device: str = "cpu") -> int:
     """Check a job before any process starts; return the per-rank micro-batch size."""
     if average not in AVERAGES:
         raise ValueError(f"average must be one of {AVERAGES}, got {average!r}")
@@ -119,6 +119,7 @@ def train(worker, *, k: int = 4, average: str = "parameters", model: str = "mlp"
 
 
 train.validate_args = validate_args
+train.supports = frozenset({"torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault"})
 
 
 def train_each(worker, *, runs: list[dict], **common) -> list[RankRecord]:
@@ -127,16 +128,17 @@ def train_each(worker, *, runs: list[dict], **common) -> list[RankRecord]:
     return [train(worker, **{**common, **run}) for run in runs]
 
 
-def _validate_each(world_size: int, *, runs, **common) -> None:
+def _validate_each(world_size: int, *, runs, backend: str = "torchrun", device: str = "cpu", **common) -> None:
     from ..processes.checks import bind_arguments
 
     if not runs or not all(isinstance(run, dict) for run in runs):
         raise ValueError("runs must be a non-empty list of dicts, e.g. [dict(k=1), dict(k=4)]")
     for run in runs:
-        bind_arguments(train, world_size, {**common, **run})
+        bind_arguments(train, world_size, {**common, **run}, backend=backend, device=device)
 
 
 train_each.validate_args = _validate_each
+train_each.supports = frozenset({"torchrun", "horovod", "cpu", "cuda"})   # several runs: no one checkpoint
 
 
 # -------------------------------------------------------------------------------------------

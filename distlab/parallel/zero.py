@@ -218,7 +218,11 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
 def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp",
                 width: int = 64, depth: int = 2, batch_size=None, global_batch_size=None,
                 steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32",
-                overlap: bool = False) -> None:
+                overlap: bool = False, backend: str = "torchrun", device: str = "cpu") -> None:
+    """Lesson 08: a ZeRO job's settings, checked before any process starts."""
+    if backend != "torchrun":
+        raise ValueError("zero.train runs on launch(backend='torchrun') only: its reduce-scatter and all-gather "
+                         "are torch.distributed's")
     if stage not in STAGES:
         raise ValueError(f"the hand-written ZeRO has stages {STAGES}; stage 3 is FSDP2 or DeepSpeed")
     if overlap and stage != 2:
@@ -229,3 +233,4 @@ def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", mod
 
 
 train.validate_args = check_train
+train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})

@@ -6,8 +6,13 @@ later, in a traceback from another process, teaches nothing.  So ``distlab.launc
 * checks the world size, the port and that workers can import the training function;
 * binds the keyword arguments to the training function's signature (``bind_arguments``): an
   unknown name or a missing one is refused with the parameter's name;
-* runs the function's own value checks, ``fn.validate_args(world_size, ...)``, when it has
-  them (a batch that does not divide among the ranks, an unknown model);
+* refuses a backend or device the function does not declare in ``fn.supports`` (issue 27's
+  capabilities: ``{"torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault"}``), and
+  checkpoints or faults asked of a function that would silently ignore them
+  (``check_capabilities``);
+* runs the function's own value checks, ``fn.validate_args(world_size, backend=, device=,
+  ...)``, when it has them (a batch that does not divide among the ranks, an unknown model,
+  a backend it cannot use);
 * checks every value against its parameter's annotation (``lr='fast'`` where the signature
   says ``lr: float``), so that functions without checks of their own are covered too.
 """
@@ -85,13 +90,15 @@ def check_importable(fn) -> None:
 # ---------------------------------------------------------------------------------------------
 # the arguments, against the training function's signature
 # ---------------------------------------------------------------------------------------------
-def bind_arguments(fn, world_size: int, kwargs: dict) -> dict:
+def bind_arguments(fn, world_size: int, kwargs: dict, *, backend: str = "torchrun", device: str = "cpu") -> dict:
     """Lesson 01: ``kwargs`` bound to ``fn(worker, **kwargs)``, checked; returns every argument.
 
     The returned dict holds each parameter after ``worker`` with its value (the default where
     none was given).  Raises ``ValueError`` naming an unknown, missing or mistyped argument,
-    then runs ``fn.validate_args`` (see the module's docstring).
+    then runs ``fn.validate_args(world_size, backend=backend, device=device, **arguments)``
+    (see the module's docstring): ``device`` is the one ``launch`` chose, "cpu" or "cuda".
     """
+    check_capabilities(fn, backend, device)
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())
     name = getattr(fn, "__name__", repr(fn))
@@ -118,12 +125,49 @@ def bind_arguments(fn, world_size: int, kwargs: dict) -> dict:
     validate = getattr(fn, "validate_args", None)
     try:             # the function's own checks first: their messages know what a value means
         if validate is not None:
-            validate(world_size, **_accepted_by(validate, arguments))
+            validate(world_size, **_accepted_by(validate, {**arguments, "backend": backend, "device": device}))
     except TypeError:
         _check_types(fn, name, kwargs)   # a value of the wrong type tripped them: say which
         raise
     _check_types(fn, name, kwargs)
     return arguments
+
+
+CAPABILITIES = ("torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault")
+
+
+def check_capabilities(fn, backend: str, device: str, options: dict | None = None) -> None:
+    """Issue 27 (lessons 02 and 10): refuse what ``fn.supports`` says the function cannot do.
+
+    Why before any process starts: a strategy that cannot run on Horovod (no send/recv there)
+    would otherwise start its ranks and fail in one of them seconds later, and a function that
+    never calls the checkpointer would accept ``checkpoint=`` and silently save nothing, which a
+    user finds out only after the crash it was meant to survive.  A function that declares no
+    ``supports`` may run on any backend and device (its own ``validate_args`` decides), but is
+    given no checkpoints or faults: nothing says it honours them.
+    """
+    supports = getattr(fn, "supports", None)
+    name = f"{getattr(fn, '__module__', '?').removeprefix('distlab.parallel.')}.{getattr(fn, '__name__', fn)}"
+    if supports is not None:
+        unknown = set(supports) - set(CAPABILITIES)
+        if unknown:
+            raise ValueError(f"{name}.supports names {sorted(unknown)}: capabilities are {', '.join(CAPABILITIES)}")
+        for what, value, kind in (("backend", backend, ("torchrun", "horovod")), ("device", device, ("cpu", "cuda"))):
+            if value in kind and value not in supports:
+                works = [k for k in kind if k in supports]
+                raise ValueError(f"{name} cannot run with {what}={value!r}: it runs on {what}="
+                                 f"{' or '.join(repr(w) for w in works) or 'nothing'} only ({_who_can(value)})")
+    for what in ("checkpoint", "fault"):
+        if (options or {}).get(what) is not None and what not in (supports or ()):
+            verb = "takes no checkpoints" if what == "checkpoint" else "does not obey a fault"
+            raise ValueError(f"{name} {verb}: {what}= would be silently ignored ({_who_can(what)})")
+
+
+def _who_can(capability: str) -> str:
+    from ..parallel.registry import who_can
+
+    names = who_can(capability)
+    return f"strategies that can: {', '.join(names)}" if names else "no strategy can"
 
 
 def _accepted_by(fn, arguments: dict) -> dict:

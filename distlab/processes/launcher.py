@@ -3,8 +3,9 @@
 Introduced in lesson 01 (warm ranks: lesson 00).  ``launch(train, world_size=2, ...)``:
 
 1. checks everything it can *before* starting a process (``checks.py``: world size,
-   backend, device, port, that ``train`` is importable, its arguments against its
-   signature and its own ``validate_args``), so mistakes fail in milliseconds;
+   backend, device, port, that ``train`` is importable, what it ``supports`` (backends,
+   devices, checkpoints, faults), its arguments against its signature and its own
+   ``validate_args``), so mistakes fail in milliseconds;
 2. finds ranks to run it on: the warm ones of the last launch when they fit (``pool.py``),
    else new ones, started through the backend's job: torchrun (``torch_backend``) or
    Horovod (``horovod_backend``, lesson 02);
@@ -24,7 +25,7 @@ import time
 import warnings
 
 from . import pool as pools
-from .checks import bind_arguments, check_importable, check_int, check_port, check_positive
+from .checks import bind_arguments, check_capabilities, check_importable, check_int, check_port, check_positive
 from .progress import ProgressReader, in_notebook, make_progress
 from .worker import DEFAULT_TIMEOUT, backend_module, choose_device
 
@@ -102,7 +103,8 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
     chosen.check_available()
     dev = choose_device(device, world_size)
     check_importable(fn)
-    bind_arguments(fn, world_size, kwargs)
+    check_capabilities(fn, backend, dev, options)      # issue 27: what fn.supports rules out
+    bind_arguments(fn, world_size, kwargs, backend=backend, device=dev)
     if port is not None and backend == "horovod":
         raise ValueError("port= sets torchrun's rendezvous port; Horovod always picks a free "
                          "port for its own rendezvous (horovod.run has no setting for it)")
