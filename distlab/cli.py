@@ -13,9 +13,9 @@ import subprocess
 import sys
 
 EXAMPLE = """\
-examples:
-  distlab check run.yaml                          is this config valid? (prints it, defaults filled in)
-  distlab run run.yaml --set training.lr=0.05     train on this machine (torchrun or horovodrun)
+examples (configs/ holds one small, commented config per strategy):
+  distlab check configs/data.yaml                 is this config valid? (prints it, defaults filled in)
+  distlab run configs/data.yaml --set training.lr=0.05   train on this machine (torchrun or horovodrun)
   distlab run run.yaml --node-rank 1              this node's share of a multi-node run
   distlab job slurm run.yaml -o job.sbatch        a SLURM batch script for the same run
   distlab job azureml run.yaml -o job.yml         an Azure ML command job
@@ -28,11 +28,19 @@ examples:
 """
 
 
+def strategies_help() -> str:
+    """Lesson 09: the strategies a config's ``parallel.strategy`` can name, from ``parallel.registry``."""
+    from .parallel.registry import describe
+
+    return "strategies (parallel.strategy):\n" + describe()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .monitor import STALL_SECONDS
 
     parser = argparse.ArgumentParser(prog="distlab", description="Distributed training you can run and watch.",
-                                     epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     epilog=EXAMPLE + "\n" + strategies_help(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def overrides(p):
@@ -41,13 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="train as a run config says, on torchrun or horovodrun",
                        description="Train as CONFIG says: torchrun (or horovodrun) starts the ranks on this node; "
-                                   "progress lines while they train, their results at the end.")
+                                   "progress lines while they train, their results at the end.",
+                       epilog=strategies_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="the run config (YAML or TOML)")
     overrides(p)
     p.add_argument("--node-rank", type=int, default=0, help="which node this is, 0 to launch.nodes-1 (default 0)")
     p.add_argument("--dry-run", action="store_true", help="print the launch command and stop")
 
-    p = sub.add_parser("check", help="validate a run config and print it with every default filled in")
+    p = sub.add_parser("check", help="validate a run config and print it with every default filled in",
+                       description="Check CONFIG as distlab.launch would before starting a rank (its fields, the "
+                                   "strategy's own checks, what the strategy supports) and print it in full.",
+                       epilog=strategies_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config")
     overrides(p)
 
@@ -109,6 +121,7 @@ def cmd_run(args) -> int:
     from . import run
 
     config = _load(args)
+    config.check_call()                 # what launch checks, before torchrun starts anything
     if args.dry_run:
         cmd, env = run.command(config, args.node_rank)
         print(" ".join(f"{k}={v}" for k, v in env.items()), *cmd)
@@ -120,6 +133,7 @@ def cmd_check(args) -> int:
     import yaml
 
     config = _load(args)
+    config.check_call()
     print(f"# {args.config}: valid; {config.launch.world_size} ranks ({config.launch.nodes} node(s) x "
           f"{config.launch.processes_per_node}), strategy {config.parallel.strategy}")
     print(yaml.safe_dump(config.model_dump(), sort_keys=False), end="")

@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .config_text import ConfigError, apply_override, dump_toml, explain
 from .datasets import check_dataset
+from .parallel import registry
+from .parallel.schedules import SCHEDULES
 
 # REGISTRY/PATH:TAG or REGISTRY/PATH@sha256:DIGEST (lesson 09: what a cluster can pull)
 IMAGE = re.compile(r"^[a-z0-9][a-z0-9.:-]*/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]*|@sha256:[0-9a-f]{64})$")
@@ -68,15 +70,22 @@ class Training(Section):
 
 
 class Parallel(Section):
-    strategy: Literal["data", "zero", "fsdp", "deepspeed", "pipeline", "tensor", "3d"] = "data"
+    strategy: Literal[tuple(registry.STRATEGIES)] = Field(  # type: ignore[valid-type]  (the registry's names)
+        "data", description="the training function (distlab.parallel.registry): " + ", ".join(registry.STRATEGIES))
     method: Literal["by_hand", "fused", "ddp"] = Field(
         "ddp", description="how data parallelism averages gradients (strategy data): by hand, fused into one "
                            "buffer, or the backend's own (DDP on torchrun, DistributedOptimizer on horovod)")
     zero_stage: int = Field(0, ge=0, le=3, description="ZeRO stage (strategies zero: 0-2, fsdp: 3, deepspeed: 0-3)")
-    pipeline: int = Field(1, ge=1, description="pipeline stages (strategies pipeline and 3d)")
-    tensor: int = Field(1, ge=1, description="tensor-parallel ranks (strategy 3d)")
-    micro_batches: int = Field(1, ge=1, description="micro-batches per step (pipeline and 3d)")
-    schedule: Literal["gpipe", "1f1b"] = "gpipe"
+    pipeline: int = Field(1, ge=1, description="pipeline stages (strategy 3d; pipeline: one a rank, so the ranks)")
+    tensor: int = Field(1, ge=1, description="tensor-parallel ranks (strategy 3d; tensor: all the ranks)")
+    micro_batches: int = Field(1, ge=1, description="micro-batches per step (pipeline, torch_pipeline and 3d)")
+    schedule: Literal[tuple(SCHEDULES)] = Field(  # type: ignore[valid-type]  (parallel/schedules.py's names)
+        "gpipe", description="the pipeline schedule: " + ", ".join(SCHEDULES))
+    chunks: int = Field(1, ge=1, description="model chunks per rank (strategy pipeline, schedule interleaved: 2+)")
+    local_steps: int = Field(4, ge=1, description="strategy local_sgd: steps between all-reduces (its k)")
+    average: Literal["parameters", "gradients"] = Field(
+        "parameters", description="strategy local_sgd: average parameters every local_steps steps (local SGD), "
+                                  "or accumulate gradients over them and take one step")
 
 
 class Launch(Section):
@@ -151,23 +160,30 @@ class RunConfig(Section):
         if launch.hosts and len(launch.hosts) != launch.nodes:
             raise ValueError(f"launch.hosts lists {len(launch.hosts)} hosts but launch.nodes is {launch.nodes}: "
                              "give one host per node (or none, to choose them at submission)")
-        if self.training.global_batch_size % world and p.strategy in ("data", "zero", "fsdp", "deepspeed"):
+        strategy = registry.get(p.strategy)
+        share = strategy.shares_batch          # the global batch is cut among the ranks (or the workers)
+        if share == "worker" and world < 2:
+            raise ValueError(f"strategy {p.strategy} needs at least 2 ranks: rank 0 serves, the others train")
+        parts = world - 1 if share == "worker" else world
+        if share and self.training.global_batch_size % parts:
             raise ValueError(f"training.global_batch_size {self.training.global_batch_size} does not divide "
-                             f"into {world} ranks (launch.nodes x launch.processes_per_node)")
+                             f"into {parts} {'workers' if share == 'worker' else 'ranks'} "
+                             "(launch.nodes x launch.processes_per_node" + (" - 1)" if share == "worker" else ")"))
         if p.strategy == "zero" and p.zero_stage > 2:
             raise ValueError("parallel.zero_stage: strategy zero is stages 0-2 written by hand; "
                              "stage 3 is strategy fsdp (or deepspeed)")
         if p.strategy == "3d" and world % (p.pipeline * p.tensor):
             raise ValueError(f"parallel.pipeline x parallel.tensor = {p.pipeline * p.tensor} does not divide "
                              f"the {world} ranks")
-        if self.data.dataset != "digits" and p.strategy != "data":
-            raise ValueError(f"data.dataset {self.data.dataset}: strategy {p.strategy} trains on the real digits "
-                             "only; distorted_digits and mnist run with parallel.strategy data")
-        if self.data.samples is not None and p.strategy != "data":
-            raise ValueError(f"data.samples: strategy {p.strategy} trains on all the real digits; "
-                             "a size is for parallel.strategy data")
-        if launch.backend == "horovod" and p.strategy != "data":
-            raise ValueError(f"launch.backend horovod runs strategy data only (not {p.strategy})")
+        axis = strategy.stages_are_ranks
+        if axis and getattr(p, axis) not in (1, world):
+            raise ValueError(f"parallel.{axis} {getattr(p, axis)} contradicts the ranks: strategy {p.strategy} "
+                             f"puts one {axis} part on each of its {world} ranks (set parallel.{axis}: {world}, "
+                             "or leave it out)")
+        unused = registry.unused_fields(p.strategy, self)
+        if unused:
+            raise ValueError("settings the strategy would silently ignore:\n  " + "\n  ".join(unused))
+        self._check_capabilities(strategy)
         if self.fault.kind != "none" and self.fault.rank >= world:
             raise ValueError(f"fault.rank {self.fault.rank} is not a rank of this run (0 to {world - 1})")
         if self.logging.horovod_timeline and launch.backend != "horovod":
@@ -175,6 +191,33 @@ class RunConfig(Section):
         if launch.max_restarts and launch.backend != "torchrun":
             raise ValueError("launch.max_restarts: restarts are torchrun's (horovodrun has its own elastic mode)")
         return self
+
+    def _check_capabilities(self, strategy) -> None:
+        """Issue 27: what the strategy's function says it can do (``fn.supports``), before anything starts."""
+        from .processes.checks import check_capabilities
+
+        device = self.launch.device if self.launch.device != "auto" else None
+        options = {"checkpoint": {} if self.checkpoint.every else None,
+                   "fault": {} if self.fault.kind != "none" else None}
+        try:
+            check_capabilities(strategy.fn, self.launch.backend, device, options)
+        except ValueError as err:
+            where = {"checkpoint": "checkpoint.every", "fault": "fault.kind", "backend": "launch.backend",
+                     "device": "launch.device"}
+            key = next((k for k in where if k in str(err).split(":")[0]), "")
+            raise ValueError(f"{where.get(key, 'parallel.strategy')}: strategy {strategy.name}: {err}") from None
+
+    def check_call(self) -> None:
+        """Lesson 09: every check ``distlab.launch`` makes before starting a rank (``distlab check``, ``run``)."""
+        from .processes.checks import bind_arguments
+        from .processes.worker import choose_device
+
+        fn, kwargs = self.call()
+        try:
+            device = choose_device(self.launch.device, self.launch.processes_per_node)
+            bind_arguments(fn, self.launch.world_size, kwargs, backend=self.launch.backend, device=device)
+        except (ValueError, TypeError, RuntimeError) as err:
+            raise ConfigError(f"this run cannot start: {err}") from None
 
     # -- reading and writing
     @classmethod
@@ -228,67 +271,34 @@ class RunConfig(Section):
         return options
 
     def call(self):
-        """The training function and its keyword arguments, as ``distlab.launch`` takes them."""
-        from .parallel import data_parallel, deepspeed_zero, fsdp, mesh, pipeline, tensor_parallel, zero
-
-        m, t, p = self.model, self.training, self.parallel
-        common = dict(width=m.width, steps=t.steps, lr=t.lr, seed=self.data.seed, dtype=t.dtype,
-                      global_batch_size=t.global_batch_size)
-        if p.strategy == "data":
-            d = self.data
-            return data_parallel.train, dict(common, method=p.method, model=m.kind, depth=m.depth,
-                                             optimizer=t.optimizer, record_grads_at=(), dataset=d.dataset,
-                                             samples=d.samples, data_root=d.root)
-        if p.strategy in ("zero", "fsdp", "deepspeed"):
-            fn = {"zero": zero.train, "fsdp": fsdp.train, "deepspeed": deepspeed_zero.train}[p.strategy]
-            stage = 3 if p.strategy == "fsdp" else p.zero_stage
-            return fn, dict(common, stage=stage, model=m.kind, depth=m.depth, optimizer=t.optimizer)
-        if p.strategy == "pipeline":
-            return pipeline.train, dict(common, model=m.kind, depth=m.depth, micro_batches=p.micro_batches,
-                                        schedule=p.schedule)
-        if p.strategy == "tensor":
-            return tensor_parallel.train, {k: common[k] for k in ("width", "steps", "lr", "seed", "dtype",
-                                                                   "global_batch_size")}
-        data = self.launch.world_size // (p.pipeline * p.tensor)
-        return mesh.train, dict(width=m.width, depth=m.depth, steps=t.steps, lr=t.lr, seed=self.data.seed,
-                                global_batch_size=t.global_batch_size, data=data, pipeline=p.pipeline,
-                                tensor=p.tensor, micro_batches=p.micro_batches, schedule=p.schedule)
+        """The training function and its keyword arguments, as ``distlab.launch`` takes them (``registry``)."""
+        strategy = registry.get(self.parallel.strategy)
+        return strategy.fn, strategy.kwargs(self)
 
 
 def from_launch(fn, world_size: int, **kwargs) -> RunConfig:
     """Lesson 09: the config of a notebook's ``distlab.launch(fn, world_size, **kwargs)`` call.
 
-    Only runs a config can describe: the strategies of ``RunConfig.call``.  Lets every lesson's
-    run be saved as a file (``from_launch(...).save("run.yaml")``) and started again from a terminal.
+    Only runs a config can describe: the strategies of ``parallel.registry``, read backwards.
+    Lets every lesson's run be saved as a file (``from_launch(...).save("run.yaml")``) and
+    started again from a terminal.
     """
-    from .parallel import data_parallel, deepspeed_zero, fsdp, mesh, pipeline, tensor_parallel, zero
-
-    strategies = {data_parallel.train: "data", zero.train: "zero", fsdp.train: "fsdp",
-                  deepspeed_zero.train: "deepspeed", pipeline.train: "pipeline",
-                  tensor_parallel.train: "tensor", mesh.train: "3d"}
-    if fn not in strategies:
+    strategy = registry.of_function(fn)
+    if strategy is None:
         raise ConfigError(f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__name__', fn)} has no run config: "
-                          f"configs describe {', '.join(f'{f.__module__}.train' for f in strategies)}")
+                          f"configs describe {', '.join(s.target for s in registry.STRATEGIES.values())}")
     kw = dict(kwargs)
     launch = {k: kw.pop(k) for k in ("backend", "device", "timeout") if k in kw}
-    section = {"model": {}, "data": {}, "training": {}, "parallel": {"strategy": strategies[fn]}}
-    where = {"model": ("model", "kind"), "width": ("model", "width"), "depth": ("model", "depth"),
-             "seed": ("data", "seed"), "steps": ("training", "steps"), "lr": ("training", "lr"),
-             "global_batch_size": ("training", "global_batch_size"), "optimizer": ("training", "optimizer"),
-             "dtype": ("training", "dtype"), "method": ("parallel", "method"),
-             "stage": ("parallel", "zero_stage"), "pipeline": ("parallel", "pipeline"),
-             "tensor": ("parallel", "tensor"), "micro_batches": ("parallel", "micro_batches"),
-             "schedule": ("parallel", "schedule"), "dataset": ("data", "dataset"),
-             "samples": ("data", "samples"), "data_root": ("data", "root")}
+    section = {"model": {}, "data": {}, "training": {}, "parallel": {"strategy": strategy.name}}
+    where = {a.key: a for a in strategy.args}
     for key, val in kw.items():
-        if key in ("record_grads_at", "progress", "warm", "data"):
+        if key in ("progress", "warm") or key in strategy.fixed or (strategy.name == "3d" and key == "data"):
             continue
         if key not in where:
-            raise ConfigError(f"{key}={val!r} has no place in a run config (its keys: {', '.join(where)})")
-        sec, name = where[key]
-        section[sec][name] = val
-    if section["parallel"]["strategy"] == "fsdp":
-        section["parallel"].pop("zero_stage", None)
+            raise ConfigError(f"{key}={val!r} has no place in a run config of strategy {strategy.name} "
+                              f"(its keys: {', '.join(where)})")
+        sec, name = where[key].field.split(".")
+        section[sec][name] = val * where[key].divisor(world_size) if where[key].per else val
     section["launch"] = dict(launch, processes_per_node=world_size)
     return RunConfig.parse(section, source=f"launch({fn.__name__})")
 

@@ -46,15 +46,18 @@ def test_toml_and_yaml_round_trip(tmp_path):
     (["training.global_batch_size=50", "launch.processes_per_node=4"],
      "training.global_batch_size 50 does not divide into 4 ranks"),
     (["launch.nodes=2", "launch.hosts=[a]"], "launch.hosts lists 1 hosts but launch.nodes is 2"),
-    (["launch.backend=horovod", "parallel.strategy=pipeline"], "launch.backend horovod runs strategy data only"),
+    (["launch.backend=horovod", "parallel.strategy=pipeline"],
+     "launch.backend: strategy pipeline: pipeline.train cannot run with backend='horovod': it runs on "
+     "backend='torchrun' only (strategies that can: data, local_sgd"),
     (["parallel.strategy=zero", "parallel.zero_stage=3"], "stage 3 is strategy fsdp"),
     (["launch.port=80"], "launch.port = 80: Input should be greater than or equal to 1024"),
     (["model.width=wide"], "model.width = 'wide': Input should be a valid integer"),
     (["data.dataset=imagenet"], "data.dataset = 'imagenet': Input should be 'digits', 'distorted_digits' or 'mnist'"),
     (["data.samples=5000"], "dataset digits has 1438 training samples, not 5000: use dataset distorted_digits"),
     (["data.dataset=distorted_digits", "parallel.strategy=pipeline"],
-     "data.dataset distorted_digits: strategy pipeline trains on the real digits only"),
-    (["data.samples=500", "parallel.strategy=zero"], "data.samples: strategy zero trains on all the real digits"),
+     "data.dataset = 'distorted_digits': strategy pipeline does not use it (it is for data)"),
+    (["data.samples=500", "parallel.strategy=zero"],
+     "data.samples = 500: strategy zero does not use it (it is for data)"),
     (["data.root=/data"], "data root '/data' is for dataset mnist"),
 ])
 def test_every_bad_value_is_named_with_what_is_allowed(overrides, message):
@@ -101,10 +104,8 @@ def test_a_notebook_launch_is_saved_as_a_config_that_gives_the_same_call(tmp_pat
 
 
 def test_a_launch_a_config_cannot_describe_is_refused():
-    from distlab.parallel import local_sgd
-
     with pytest.raises(ConfigError, match="has no run config"):
-        cfg.from_launch(local_sgd.train, 2, k=4)
+        cfg.from_launch(data_parallel.train_both_methods, 2, steps=4)
     with pytest.raises(ConfigError, match="straggler=.* has no place in a run config"):
         cfg.from_launch(data_parallel.train, 2, straggler=(1, 0.1))
 
@@ -159,3 +160,71 @@ def test_a_config_trains_on_mnist_files_in_a_folder(tmp_path):
     missing = c.model_copy(update={"data": c.data.model_copy(update={"root": str(tmp_path / "none")})})
     with pytest.raises(FileNotFoundError, match="MNIST is not complete in .*none"):
         distlab.launch(missing, progress="none")
+
+
+# ---- issue 27: the registry is where the config's strategies come from ------------------------
+def test_every_strategy_of_the_registry_is_a_config_choice_and_declares_what_it_supports():
+    from distlab.parallel import registry, schedules
+
+    assert set(RunConfig.model_fields["parallel"].annotation.model_fields["strategy"].annotation.__args__) \
+        == set(registry.STRATEGIES)
+    assert set(RunConfig.model_fields["parallel"].annotation.model_fields["schedule"].annotation.__args__) \
+        == set(schedules.SCHEDULES)
+    for name, strategy in registry.STRATEGIES.items():
+        fn, kwargs = RunConfig.parse({"parallel": {"strategy": name}}).call()
+        assert fn is strategy.fn and strategy.supports is not None, name
+        assert set(kwargs) <= set(__import__("inspect").signature(fn).parameters), name
+
+
+@pytest.mark.parametrize("fn_name,kwargs,strategy", [
+    ("local_sgd:train", dict(k=2, average="gradients", batch_size=16, steps=4), "local_sgd"),
+    ("async_sgd:train", dict(batch_size=16, steps=3), "async_sgd"),
+    ("torch_pipeline:train", dict(micro_batches=2, schedule="1f1b"), "torch_pipeline"),
+    ("pipeline:train", dict(schedule="interleaved", chunks=2, micro_batches=4, depth=3), "pipeline"),
+    ("tensor_parallel:train", dict(width=32, steps=3), "tensor"),
+])
+def test_the_strategies_the_config_lagged_behind_round_trip(tmp_path, fn_name, kwargs, strategy):
+    import importlib
+
+    module, name = fn_name.split(":")
+    fn = getattr(importlib.import_module(f"distlab.parallel.{module}"), name)
+    c = cfg.from_launch(fn, 2, **kwargs)
+    assert c.parallel.strategy == strategy
+    fn2, kwargs2 = cfg.load(c.save(str(tmp_path / "run.yaml"))).call()
+    assert fn2 is fn and all(kwargs2[k] == v for k, v in kwargs.items())
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["parallel.strategy=pipeline", "parallel.pipeline=3"],
+     "parallel.pipeline 3 contradicts the ranks: strategy pipeline puts one pipeline part on each of its 2 ranks"),
+    (["parallel.strategy=tensor", "parallel.tensor=4"], "parallel.tensor 4 contradicts the ranks"),
+    (["parallel.tensor=2"], "parallel.tensor = 2: strategy data does not use it (it is for tensor, 3d)"),
+    (["parallel.strategy=pipeline", "parallel.method=fused"],
+     "parallel.method = 'fused': strategy pipeline does not use it (it is for data)"),
+    (["parallel.micro_batches=4"], "parallel.micro_batches = 4: strategy data does not use it"),
+    (["parallel.strategy=pipeline", "training.optimizer=adam"], "training.optimizer = 'adam': strategy pipeline"),
+    (["parallel.local_steps=8"], "parallel.local_steps = 8: strategy data does not use it (it is for local_sgd)"),
+    (["parallel.strategy=async_sgd", "training.global_batch_size=64", "launch.processes_per_node=4"],
+     "training.global_batch_size 64 does not divide into 3 workers"),
+    (["parallel.strategy=async_sgd", "launch.processes_per_node=1"], "needs at least 2 ranks"),
+    (["parallel.strategy=zero", "launch.backend=horovod"], "zero.train cannot run with backend='horovod'"),
+])
+def test_a_setting_that_does_not_fit_the_strategy_is_refused(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        RunConfig.parse({}, overrides)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("setting,capability", [("checkpoint.every=5", "checkpoint"), ("fault.kind=kill", "fault")])
+def test_checkpoints_and_faults_are_refused_where_the_function_would_ignore_them(setting, capability):
+    """Whatever each function's ``supports`` says wins: today deepspeed and async_sgd take no checkpoints."""
+    from distlab.parallel import registry
+
+    for name, strategy in registry.STRATEGIES.items():
+        overrides = [f"parallel.strategy={name}", setting]
+        if capability in strategy.supports:
+            RunConfig.parse({}, overrides)
+        else:
+            with pytest.raises(ConfigError, match=f"{setting.split('=')[0]}: strategy {name}: .* (takes no "
+                                                  f"checkpoints|does not obey a fault).*strategies that can: data"):
+                RunConfig.parse({}, overrides)
