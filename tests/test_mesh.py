@@ -29,7 +29,7 @@ def test_the_grid_and_its_lines():
 @pytest.mark.parametrize("kwargs,message", [
     (dict(data=2, pipeline=2, tensor=1, world_size=2), "= 4 ranks does not match the world size 2"),
     (dict(data=3, pipeline=1, tensor=1, world_size=3, global_batch_size=64), "does not divide among 3 data"),
-    (dict(data=1, pipeline=2, tensor=2, world_size=4), "pipeline and tensor together need 8 processes"),
+    (dict(data=1, pipeline=2, tensor=2, world_size=4), "pipeline and tensor together need stages"),
     (dict(data=2, pipeline=1, tensor=2, world_size=4, width=33), "tensor-parallel size of 2 does not divide"),
     (dict(data=2, pipeline=0, tensor=2, world_size=4), "pipeline must be a positive integer"),
 ])

@@ -28,16 +28,15 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ..comm.collectives import check_torchrun
 from ..data import global_batch
 from ..models import build_model, count_parameters
 from ..processes.checks import check_int
 from ..records import RankRecord
 from .loop import Strategy, check_settings, start, train_steps
+from .named_mesh import Mesh
 
 
 class Traffic:
@@ -55,15 +54,17 @@ class _CopyToSlices(torch.autograd.Function):
     holds only its slice's share of the input's gradient, so the shares are all-reduced."""
 
     @staticmethod
-    def forward(ctx, x, group, traffic):
-        ctx.group, ctx.traffic = group, traffic
+    def forward(ctx, x, comm, traffic):
+        ctx.comm, ctx.traffic = comm, traffic
         return x
 
     @staticmethod
     def backward(ctx, grad):
         grad = grad.contiguous()
-        ctx.traffic.add("backward", grad)
-        dist.all_reduce(grad, group=ctx.group)
+        worker, group = ctx.comm
+        if len(group) > 1:
+            ctx.traffic.add("backward", grad)
+            worker.all_reduce(grad, group=group)
         return grad, None, None
 
 
@@ -72,10 +73,12 @@ class _SumPartials(torch.autograd.Function):
     is the same for every term, so each rank keeps it as it is."""
 
     @staticmethod
-    def forward(ctx, partial, group, traffic):
+    def forward(ctx, partial, comm, traffic):
         partial = partial.clone()
-        traffic.add("forward", partial)
-        dist.all_reduce(partial, group=group)
+        worker, group = comm
+        if len(group) > 1:
+            traffic.add("forward", partial)
+            worker.all_reduce(partial, group=group)
         return partial
 
     @staticmethod
@@ -84,32 +87,36 @@ class _SumPartials(torch.autograd.Function):
 
 
 class ColumnParallelLinear(nn.Module):
-    """Lesson 07: this rank's output features of ``linear`` (rows ``r*w/t .. (r+1)*w/t``)."""
+    """Lesson 07: this rank's output features of ``linear`` (rows ``r*w/t .. (r+1)*w/t``, where
+    ``r`` is the rank's place in the tensor ``group`` and ``t`` its size).  The all-reduces go
+    through the ``worker``'s collectives, so the same layer runs on torchrun and on Horovod."""
 
-    def __init__(self, linear: nn.Linear, rank: int, size: int, group, traffic: Traffic):
+    def __init__(self, linear: nn.Linear, worker, group, traffic: Traffic):
         super().__init__()
+        rank, size = group.index(worker.rank), len(group)
         rows = linear.out_features // size
         self.weight = nn.Parameter(linear.weight.detach()[rank * rows:(rank + 1) * rows].clone())
         self.bias = nn.Parameter(linear.bias.detach()[rank * rows:(rank + 1) * rows].clone())
-        self.group, self.traffic = group, traffic
+        self.comm, self.traffic = (worker, group), traffic
 
     def forward(self, x):
-        return F.linear(_CopyToSlices.apply(x, self.group, self.traffic), self.weight, self.bias)
+        return F.linear(_CopyToSlices.apply(x, self.comm, self.traffic), self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):
     """Lesson 07: this rank's input features of ``linear``; the partial outputs are summed by one
     all-reduce, and the bias (whole on every rank) is added once, after the sum."""
 
-    def __init__(self, linear: nn.Linear, rank: int, size: int, group, traffic: Traffic):
+    def __init__(self, linear: nn.Linear, worker, group, traffic: Traffic):
         super().__init__()
+        rank, size = group.index(worker.rank), len(group)
         cols = linear.in_features // size
         self.weight = nn.Parameter(linear.weight.detach()[:, rank * cols:(rank + 1) * cols].clone())
         self.bias = nn.Parameter(linear.bias.detach().clone())
-        self.group, self.traffic = group, traffic
+        self.comm, self.traffic = (worker, group), traffic
 
     def forward(self, x):
-        return _SumPartials.apply(F.linear(x, self.weight), self.group, self.traffic) + self.bias
+        return _SumPartials.apply(F.linear(x, self.weight), self.comm, self.traffic) + self.bias
 
 
 # How each parameter of the split MLP is laid out across ranks: the dimension it is cut
@@ -124,12 +131,12 @@ def check_tensor_parallel(width: int, size: int) -> None:
                          f"use a width that is a multiple of {size}")
 
 
-def parallel_mlp(whole: nn.Sequential, rank: int, size: int, group, traffic: Traffic) -> nn.Sequential:
-    """Lesson 07: the depth-3 MLP ``whole`` with its block ``fc2``/``fc3`` split across ``size`` ranks."""
-    check_tensor_parallel(whole.fc2.out_features, size)
+def parallel_mlp(whole: nn.Sequential, worker, group, traffic: Traffic) -> nn.Sequential:
+    """Lesson 07: the depth-3 MLP ``whole`` with its block ``fc2``/``fc3`` split across the ranks of ``group``."""
+    check_tensor_parallel(whole.fc2.out_features, len(group))
     layers = OrderedDict(whole.named_children())
-    layers["fc2"] = ColumnParallelLinear(whole.fc2, rank, size, group, traffic)
-    layers["fc3"] = RowParallelLinear(whole.fc3, rank, size, group, traffic)
+    layers["fc2"] = ColumnParallelLinear(whole.fc2, worker, group, traffic)
+    layers["fc3"] = RowParallelLinear(whole.fc3, worker, group, traffic)
     return nn.Sequential(layers)
 
 
@@ -159,51 +166,63 @@ def data_parallel_bytes(width: int, itemsize: int = 4) -> int:
 class SplitBlock(Strategy):
     """Lesson 07: before the first step, replace the model by its tensor-parallel version.
 
-    Nothing else changes: every rank runs the loop on the *whole* batch (tensor parallelism
-    does not split the data), and the all-reduces happen inside forward and backward.
-    ``use_torch=True`` splits it with PyTorch's ``parallelize_module`` instead of by hand.
-    ``members`` and ``group``: the ranks that share the block and their process group
-    (default: every rank; lesson 07's mesh gives each replica its own).
+    Nothing else changes: every rank of a tensor group runs the loop on the same batch (tensor
+    parallelism does not split the data), and the all-reduces happen inside forward and backward.
+    ``mesh`` gives the groups: the block is split across ``mesh.group("tensor")``; when the mesh
+    also has data replicas, each gradient is then averaged across ``mesh.group("data")``, as data
+    parallelism would (lesson 07's data x tensor).  ``use_torch=True`` splits it with PyTorch's
+    ``parallelize_module`` on the mesh's ``DeviceMesh`` instead of by hand.
     """
 
-    def __init__(self, worker, use_torch: bool, members: list[int] | None = None, group=None):
-        self.worker, self.use_torch, self.traffic = worker, use_torch, Traffic()
-        self.members, self.group = members or list(range(worker.world_size)), group
+    def __init__(self, worker, mesh: Mesh, use_torch: bool = False):
+        self.worker, self.mesh, self.use_torch, self.traffic = worker, mesh, use_torch, Traffic()
         self.per_step: list[dict[str, int]] = []     # bytes all-reduced in each step's passes
+        self.data_bytes = 0                          # bytes averaged across the data group per step
 
     def communicate(self, run, step: int):
-        """Nothing to send after backward (it all happened inside); note this step's bytes."""
+        """Note this step's tensor bytes (they went inside the passes); average across replicas."""
         before = {k: sum(s[k] for s in self.per_step) for k in self.traffic.bytes}
         self.per_step.append({k: v - before[k] for k, v in self.traffic.bytes.items()})
+        data = self.mesh.group("data")
+        if len(data) > 1:
+            self.data_bytes = 0
+            for p in run.model.parameters():
+                self.data_bytes += p.grad.numel() * p.grad.element_size()
+                self.worker.all_reduce(p.grad, op="avg", group=data)
         return None
 
     def prepare(self, run) -> None:
-        position, size = self.members.index(self.worker.rank), len(self.members)
+        tensor = self.mesh.group("tensor")
         if self.use_torch:
-            from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-            mesh = init_device_mesh(run.x.device.type, (size,))
-            run.model = parallelize_module(run.model, mesh, {"fc2": ColwiseParallel(), "fc3": RowwiseParallel()})
+            run.model = parallelize_module(run.model, self.mesh.device_mesh["tensor"],
+                                           {"fc2": ColwiseParallel(), "fc3": RowwiseParallel()})
         else:
-            run.model = parallel_mlp(run.model, position, size, self.group, self.traffic)
+            run.model = parallel_mlp(run.model, self.worker, tensor, self.traffic)
         run.net = run.model
         run.optimizer = torch.optim.SGD(run.model.parameters(), lr=run.optimizer.param_groups[0]["lr"])
 
 
-def check_backend(name: str, backend: str, device: str) -> None:
-    """Lesson 07: tensor parallelism here speaks torch.distributed: refuse other backends before start."""
-    if backend != "torchrun":
-        raise ValueError(f"{name} runs on launch(backend='torchrun') only: its all-reduces inside forward "
-                         f"and backward use torch.distributed process groups (got backend={backend!r})")
+def check_backend(name: str, backend: str, device: str, use_torch: bool = False) -> None:
+    """Lesson 07: by hand, the split block runs on either backend (the Worker's all-reduces);
+    PyTorch's ``parallelize_module`` needs torch.distributed, so torchrun."""
+    if backend not in ("torchrun", "horovod"):
+        raise ValueError(f"backend must be 'torchrun' or 'horovod', got {backend!r}")
+    if use_torch and backend != "torchrun":
+        raise ValueError(f"{name} with use_torch=True runs on launch(backend='torchrun') only: PyTorch's "
+                         "parallelize_module speaks torch.distributed; use_torch=False runs on Horovod too")
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and backend == "horovod":
+        raise ValueError(f"{name} on device='cuda' runs on launch(backend='torchrun') (NCCL): the Horovod "
+                         "here is built with Gloo only, for CPU tensors; on Horovod use device='cpu'")
 
 
 def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "cpu", width: int,
-                  global_batch_size: int, steps: int, lr: float, dtype: str) -> None:
+                  global_batch_size: int, steps: int, lr: float, dtype: str, use_torch: bool = False) -> None:
     """Lesson 07: a tensor-parallel job's settings, checked before any process starts."""
-    check_backend("tensor_parallel.train", backend, device)
+    check_backend("tensor_parallel.train", backend, device, use_torch)
     check_settings(world_size, model="mlp", width=width, steps=steps, lr=lr, dtype=dtype)
     check_tensor_parallel(width, world_size)
     check_int("global_batch_size", global_batch_size)
@@ -217,22 +236,36 @@ def train(worker, *, width: int = 64, global_batch_size: int = 64, steps: int = 
     ``use_torch`` each rank already holds the whole tensors), ``traffic`` the bytes this rank
     passed to all-reduce in a training step (by hand only; zero with ``use_torch``).
     """
-    check_torchrun(worker)
+    return train_on(Mesh(worker, tensor=worker.world_size), worker, width=width, global_batch_size=global_batch_size,
+                    steps=steps, lr=lr, seed=seed, dtype=dtype, use_torch=use_torch,
+                    method="tensor parallel" + (" (torch)" if use_torch else ""))
+
+
+def train_on(mesh: Mesh, worker, *, width: int, global_batch_size: int, steps: int, lr: float, seed: int,
+             dtype: str = "float32", use_torch: bool = False, method: str = "tensor parallel") -> RankRecord:
+    """Lesson 07: the same training on any mesh of data x tensor ranks: replica ``d`` (the data
+    coordinate) trains on the ``d``-th share of every batch with the block split across its tensor
+    group, and the replicas average their gradients."""
+    replicas, d = mesh.size("data"), mesh.coordinates["data"]
+    b = global_batch_size // replicas
     run = start(worker, model="mlp", width=width, lr=lr, seed=seed, dtype=dtype, depth=3, shard=(0, 1),
-                method="tensor parallel" + (" (torch)" if use_torch else ""),
-                config=dict(model="mlp", depth=3, width=width, batch_size=global_batch_size,
-                            global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, dtype=dtype))
-    strategy = SplitBlock(worker, use_torch)
+                method=method, config=dict(model="mlp", depth=3, width=width, batch_size=b,
+                                           global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed,
+                                           dtype=dtype))
+    strategy = SplitBlock(worker, mesh, use_torch)
     n = run.data.n_train
-    record = train_steps(run, strategy, steps, lambda step: global_batch(n, 1, global_batch_size, step, seed=seed))
+    record = train_steps(run, strategy, steps,
+                         lambda step: global_batch(n, 1, global_batch_size, step, seed=seed)[d * b:(d + 1) * b])
     if use_torch:   # DTensors: gather each whole tensor (every rank must take part)
         record.params = {k: getattr(p, "full_tensor", lambda p=p: p)().detach().cpu().clone()
                          for k, p in run.model.named_parameters()}
     # the same every step (the test evaluation excluded); torch's own all-reduces are not counted
-    record.traffic = {} if use_torch else strategy.per_step[-1]
+    record.traffic = {} if use_torch else dict(strategy.per_step[-1])
+    if replicas > 1:
+        record.traffic["data"] = strategy.data_bytes
     return record
 
 
 train.validate_args = validate_args
 # what it runs on (the one loop keeps each rank's slices in its own checkpoint and obeys faults)
-train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})
+train.supports = frozenset({"torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault"})

@@ -108,18 +108,18 @@ class TorchWorker(Worker):
         mine = {name: Group((self.rank,)) for name, size in zip(names, layout.shape) if size == 1}
         wide = [(axis, name) for axis, name in enumerate(names) if layout.shape[axis] > 1]
         if not wide:
-            return mine
+            return mine, None
         options = (dist.ProcessGroupNCCL.Options() if self.device.type == "cuda"
                    else dist.ProcessGroupGloo._Options())
         options._timeout = timedelta(seconds=self.timeout)
-        self.device_mesh = init_device_mesh(
+        device_mesh = init_device_mesh(
             self.device.type, tuple(layout.shape[a] for a, _ in wide), mesh_dim_names=tuple(n for _, n in wide),
             backend_override={n: options for _, n in wide})
         for axis, name in wide:
             index = list(where)
             index[axis] = slice(None)
-            mine[name] = Group(tuple(layout[tuple(index)].tolist()), self.device_mesh.get_group(name))
-        return mine
+            mine[name] = Group(tuple(layout[tuple(index)].tolist()), device_mesh.get_group(name))
+        return mine, device_mesh
 
     def data_parallel(self, model, optimizer):
         """DistributedDataParallel: it broadcasts rank 0's parameters when it is built, then

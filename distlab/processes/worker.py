@@ -174,9 +174,10 @@ class Worker:
         same order, even the groups it is not in."""
         raise NotImplementedError
 
-    def mesh_groups(self, layout: torch.Tensor, names: tuple[str, ...]) -> dict[str, Group]:
+    def mesh_groups(self, layout: torch.Tensor, names: tuple[str, ...]) -> tuple[dict[str, Group], object]:
         """Lesson 07: this rank's group along each axis of ``layout`` (a tensor of ranks whose
-        dimensions are called ``names``): the lines through it along that axis."""
+        dimensions are called ``names``): the line through it along that axis.  Also returns the
+        backend's own mesh object, if it has one (None here)."""
         mine = {}
         for axis, name in enumerate(names):
             moved = layout.movedim(axis, -1)
@@ -184,7 +185,7 @@ class Worker:
                 group = self.new_group(line)          # every rank makes every group, in order
                 if self.rank in line:
                     mine[name] = group
-        return mine
+        return mine, None
 
     def members(self, group: Group | None) -> tuple[int, ...]:
         """The ranks of ``group`` (every rank when it is None)."""
