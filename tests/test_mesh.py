@@ -4,7 +4,7 @@ import workers
 
 import distlab
 from distlab.parallel import data_parallel as dp
-from distlab.parallel import mesh, pipeline
+from distlab.parallel import mesh, named_mesh, pipeline
 from distlab.parallel import tensor_parallel as T
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
@@ -13,7 +13,8 @@ pytestmark = pytest.mark.usefixtures("warm_ranks")
 STEPS, LR, BATCH, WIDTH = 20, 0.2, 48, 32
 COMMON = dict(width=WIDTH, depth=3, global_batch_size=BATCH, steps=STEPS, lr=LR)
 MESHES = {"data x pipeline": dict(data=2, pipeline=2, tensor=1, micro_batches=2),
-          "data x tensor": dict(data=2, pipeline=1, tensor=2)}
+          "data x tensor": dict(data=2, pipeline=1, tensor=2),
+          "data x tensor on Horovod": dict(data=2, pipeline=1, tensor=2)}
 
 
 def test_the_grid_and_its_lines():
@@ -32,17 +33,46 @@ def test_the_grid_and_its_lines():
     (dict(data=1, pipeline=2, tensor=2, world_size=4), "pipeline and tensor together need stages"),
     (dict(data=2, pipeline=1, tensor=2, world_size=4, width=33), "tensor-parallel size of 2 does not divide"),
     (dict(data=2, pipeline=0, tensor=2, world_size=4), "pipeline must be a positive integer"),
+    (dict(data=2, pipeline=2, tensor=1, world_size=4, backend="horovod"), "Horovod has no point-to-point"),
 ])
 def test_a_mesh_that_does_not_fit_is_refused_before_starting(kwargs, message):
     with pytest.raises(ValueError, match=message):
         distlab.launch(mesh.train, progress="none", **kwargs)
 
 
+@pytest.mark.parametrize("sizes,message", [
+    ({"data": 2, "tensor": 2}, None),
+    ({"data": 2, "sequence": 2}, "unknown mesh axis 'sequence'; the axes are data, pipeline, expert, context"),
+    ([("data", 2), ("tensor", 1), ("data", 2)], "mesh axis 'data' is named twice"),
+    ({"data": 2, "expert": 3}, "a mesh of data 2 x expert 3 = 6 ranks does not match the world size 4"),
+    ({"context": 0}, "context must be a positive integer"),
+])
+def test_the_named_mesh_is_checked_before_any_process_starts(sizes, message):
+    if message is None:
+        assert named_mesh.check_mesh(4, sizes) == dict(data=2, pipeline=1, expert=1, context=1, tensor=2)
+        return
+    with pytest.raises(ValueError, match=message):
+        named_mesh.check_mesh(4, sizes)
+
+
+def test_the_named_mesh_puts_tensor_ranks_side_by_side():
+    sizes = named_mesh.check_mesh(8, dict(data=2, context=2, tensor=2))
+    assert named_mesh.lines(sizes, "tensor") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert named_mesh.lines(sizes, "context") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert named_mesh.lines(sizes, "data") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert named_mesh.lines(sizes, "expert") == [[r] for r in range(8)]
+    assert named_mesh.coordinates(sizes, 6) == dict(data=1, pipeline=0, expert=0, context=1, tensor=0)
+
+
 @pytest.fixture(scope="module")
 def runs():
-    cases = {name: ("mesh", dict(COMMON, **shape)) for name, shape in MESHES.items()}
+    cases = {name: ("mesh", dict(COMMON, **shape)) for name, shape in MESHES.items() if "Horovod" not in name}
     ranks = distlab.launch(workers.trainings, world_size=4, cases=cases, progress="none", timeout=120)
-    return {name: [r[name] for r in ranks] for name in cases}
+    out = {name: [r[name] for r in ranks] for name in cases}
+    name = "data x tensor on Horovod"
+    out[name] = distlab.launch(mesh.train, world_size=4, backend="horovod", progress="none", timeout=120,
+                               **COMMON, **MESHES[name])
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +86,7 @@ def test_each_replica_trains_like_one_process(runs, reference, name):
     ref = reference
     for d in range(2):
         replica = [r for r in runs[name] if r.config["mesh"]["data"] == d]
-        merged = (T.merge_params([r.params for r in replica]) if name == "data x tensor"
+        merged = (T.merge_params([r.params for r in replica]) if "data x tensor" in name
                   else pipeline.merge_params(replica))
         assert distlab.max_param_difference(merged, ref.params) <= 1e-6
 
@@ -67,8 +97,13 @@ def test_who_talks_to_whom(runs):
         assert r.config["groups"]["pipeline"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]
         assert r.traffic["pipeline"] == BATCH // 2 * WIDTH * 4                  # one way each: act. or grad.
         assert r.traffic["data"] == 4 * sum(p.numel() for p in r.params.values())
-    for r in runs["data x tensor"]:
-        assert r.traffic["tensor"] == 2 * BATCH // 2 * WIDTH * 4
+    for name in ("data x tensor", "data x tensor on Horovod"):
+        for r in runs[name]:
+            assert r.backend == ("horovod" if "Horovod" in name else "torchrun")
+            assert r.config["groups"]["tensor"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]
+            assert r.config["groups"]["data"] == [r.rank % 2, r.rank % 2 + 2]
+            assert r.traffic["tensor"] == 2 * BATCH // 2 * WIDTH * 4
+            assert r.traffic["data"] == 4 * sum(p.numel() for p in r.params.values())
 
 
 def test_the_mesh_picture_and_table_come_from_the_records(runs):

@@ -4,6 +4,7 @@ One launch per world size trains the depth-3 MLP with its fc2/fc3 block split ac
 rank, by hand and with ``ColwiseParallel``/``RowwiseParallel``; both must end with the
 parameters of one process training the whole model, and the hand-written one must all-reduce
 exactly the bytes the lesson predicts (one ``batch x width`` tensor forward, one backward).
+The hand-written one runs on Horovod too (the Worker's all-reduces): one launch of 4 ranks.
 """
 import pytest
 import torch
@@ -20,14 +21,18 @@ pytestmark = pytest.mark.usefixtures("warm_ranks")
 STEPS, LR, BATCH, WIDTH = 20, 0.2, 48, 32
 SETTINGS = dict(width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR)
 WORLDS = (2, 4)
+BY_HAND = [("torchrun", 2), ("torchrun", 4), ("horovod", 4)]
 
 
 @pytest.fixture(scope="module")
 def runs():
     cases = {"by hand": ("tensor_parallel", SETTINGS),
              "torch": ("tensor_parallel", dict(SETTINGS, use_torch=True))}
-    return {p: distlab.launch(workers.trainings, world_size=p, cases=cases, progress="none", timeout=120)
-            for p in WORLDS}
+    out = {("torchrun", p): distlab.launch(workers.trainings, world_size=p, cases=cases, progress="none",
+                                           timeout=120) for p in WORLDS}
+    out["horovod", 4] = distlab.launch(workers.trainings, world_size=4, backend="horovod",
+                                       cases={"by hand": cases["by hand"]}, progress="none", timeout=120)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +41,10 @@ def reference():
                            record_grads_at=())
 
 
-@pytest.mark.parametrize("p", WORLDS)
-def test_split_by_hand_trains_like_one_process(runs, reference, p):
-    records = [r["by hand"] for r in runs[p]]
+@pytest.mark.parametrize("backend,p", BY_HAND)
+def test_split_by_hand_trains_like_one_process(runs, reference, backend, p):
+    records = [r["by hand"] for r in runs[backend, p]]
+    assert {r.backend for r in records} == {backend}
     assert records[0].params["fc2.weight"].shape == (WIDTH // p, WIDTH)      # each rank: its rows
     assert records[0].params["fc3.weight"].shape == (WIDTH, WIDTH // p)      # ... and its columns
     merged = T.merge_params([r.params for r in records])
@@ -49,16 +55,16 @@ def test_split_by_hand_trains_like_one_process(runs, reference, p):
 
 @pytest.mark.parametrize("p", WORLDS)
 def test_parallelize_module_trains_like_one_process_and_like_ours(runs, reference, p):
-    ours = T.merge_params([r["by hand"].params for r in runs[p]])
-    for r in runs[p]:
+    ours = T.merge_params([r["by hand"].params for r in runs["torchrun", p]])
+    for r in runs["torchrun", p]:
         theirs = r["torch"].params
         assert distlab.max_param_difference(theirs, reference.params) <= 1e-6
         assert distlab.max_param_difference(theirs, ours) <= 1e-6
 
 
-@pytest.mark.parametrize("p", WORLDS)
-def test_one_all_reduce_of_batch_x_width_each_way(runs, p):
-    for r in runs[p]:
+@pytest.mark.parametrize("backend,p", BY_HAND)
+def test_one_all_reduce_of_batch_x_width_each_way(runs, backend, p):
+    for r in runs[backend, p]:
         assert r["by hand"].traffic == T.predicted_bytes(BATCH, WIDTH) == {"forward": BATCH * WIDTH * 4,
                                                                            "backward": BATCH * WIDTH * 4}
     # data parallelism on the same model would all-reduce every gradient instead
@@ -83,3 +89,13 @@ def test_the_block_split_by_hand_equals_the_whole_block_in_one_process():
 def test_a_width_the_ranks_cannot_share_is_refused_before_starting():
     with pytest.raises(ValueError, match="tensor-parallel size of 3 does not divide the width 64"):
         distlab.launch(T.train, world_size=3, width=64, progress="none")
+
+
+def test_what_horovod_cannot_do_is_refused_naming_what_can():
+    with pytest.raises(ValueError, match=r"use_torch=True runs on launch\(backend='torchrun'\) only"):
+        T.train.validate_args(2, backend="horovod", width=64, global_batch_size=64, steps=2, lr=0.1,
+                              dtype="float32", use_torch=True)
+    with pytest.raises(ValueError, match=r"device='cuda' runs on launch\(backend='torchrun'\)"):
+        T.train.validate_args(2, backend="horovod", device="cuda", width=64, global_batch_size=64, steps=2,
+                              lr=0.1, dtype="float32")
+    assert {"torchrun", "horovod"} <= T.train.supports
