@@ -14,7 +14,8 @@ STEPS, LR, BATCH, WIDTH = 20, 0.2, 48, 32
 COMMON = dict(width=WIDTH, depth=3, global_batch_size=BATCH, steps=STEPS, lr=LR)
 MESHES = {"data x pipeline": dict(data=2, pipeline=2, tensor=1, micro_batches=2),
           "data x tensor": dict(data=2, pipeline=1, tensor=2),
-          "data x tensor on Horovod": dict(data=2, pipeline=1, tensor=2)}
+          "data x tensor on Horovod": dict(data=2, pipeline=1, tensor=2),
+          "pipeline x tensor": dict(data=1, pipeline=2, tensor=2, micro_batches=2)}
 
 
 def test_the_grid_and_its_lines():
@@ -30,7 +31,8 @@ def test_the_grid_and_its_lines():
 @pytest.mark.parametrize("kwargs,message", [
     (dict(data=2, pipeline=2, tensor=1, world_size=2), "= 4 ranks does not match the world size 2"),
     (dict(data=3, pipeline=1, tensor=1, world_size=3, global_batch_size=64), "does not divide among 3 data"),
-    (dict(data=1, pipeline=2, tensor=2, world_size=4), "pipeline and tensor together need stages"),
+    (dict(data=1, pipeline=4, tensor=2, world_size=8, micro_batches=4), "pipeline 4 cuts the split block fc2"),
+    (dict(data=1, pipeline=2, tensor=2, world_size=4, depth=2), "use depth=3"),
     (dict(data=2, pipeline=1, tensor=2, world_size=4, width=33), "tensor-parallel size of 2 does not divide"),
     (dict(data=2, pipeline=0, tensor=2, world_size=4), "pipeline must be a positive integer"),
     (dict(data=2, pipeline=2, tensor=1, world_size=4, backend="horovod"), "Horovod has no point-to-point"),
@@ -84,6 +86,13 @@ def reference():
 @pytest.mark.parametrize("name", MESHES)
 def test_each_replica_trains_like_one_process(runs, reference, name):
     ref = reference
+    if name == "pipeline x tensor":      # stage 0 (fc1) whole on both tensor ranks, stage 1's block split
+        records = runs[name]
+        stage = {s: [r for r in records if r.config["mesh"]["pipeline"] == s] for s in (0, 1)}
+        merged = dict(T.merge_params([r.params for r in stage[1]]), **stage[0][0].params)
+        assert distlab.max_param_difference(merged, ref.params) <= 1e-6
+        assert distlab.max_param_difference(stage[0][1].params, stage[0][0].params) == 0
+        return
     for d in range(2):
         replica = [r for r in runs[name] if r.config["mesh"]["data"] == d]
         merged = (T.merge_params([r.params for r in replica]) if "data x tensor" in name
@@ -104,6 +113,11 @@ def test_who_talks_to_whom(runs):
             assert r.config["groups"]["data"] == [r.rank % 2, r.rank % 2 + 2]
             assert r.traffic["tensor"] == 2 * BATCH // 2 * WIDTH * 4
             assert r.traffic["data"] == 4 * sum(p.numel() for p in r.params.values())
+    for r in runs["pipeline x tensor"]:                     # rank = 2 * stage + tensor slice
+        assert r.config["groups"]["tensor"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]
+        assert r.config["groups"]["pipeline"] == [r.rank % 2, r.rank % 2 + 2]
+        assert r.traffic["pipeline"] == BATCH * WIDTH * 4                       # the whole batch, one way
+        assert r.traffic["tensor"] == (2 * BATCH * WIDTH * 4 if r.rank >= 2 else 0)   # only stage 1 is split
 
 
 def test_the_mesh_picture_and_table_come_from_the_records(runs):

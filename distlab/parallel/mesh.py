@@ -19,19 +19,23 @@ PyTorch's ``DeviceMesh``, on Horovod process sets), and every strategy takes the
 needs from it.  This miniature runs two of the three at a time on 4 processes: 2 data x 2
 pipeline (``pipeline.train_stage`` in each replica, on torchrun: a pipeline sends to one rank
 at a time, which Horovod cannot) and 2 data x 2 tensor (``tensor_parallel.train_on``: the
-split block in each replica, on either backend).  Pipeline and tensor together need pipeline
-stages that each hold a split block; the training functions do not have them yet.
+split block in each replica, on either backend); and 2 pipeline x 2 tensor, where the stage
+holding the block splits it across its tensor group (``_train_split_stages``, on torchrun).
 """
 from __future__ import annotations
 
 import torch
 
+from ..data import global_batch, load_digits, shard_indices
+from ..models import build_model
 from ..processes.checks import check_int
 from ..records import RankRecord
-from . import named_mesh
+from . import named_mesh, schedules, stages, tensor_parallel
 from . import pipeline as pipe
-from . import tensor_parallel
+from .loop import Run, train_steps
 from .named_mesh import Mesh
+
+BLOCK = ("fc2", "fc3")     # the layers tensor parallelism splits (tensor_parallel.parallel_mlp)
 
 AXES = ("data", "pipeline", "tensor")     # the three this lesson draws (named_mesh.AXES has five)
 
@@ -76,19 +80,21 @@ def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "
     if pipeline > 1 and backend != "torchrun":
         raise ValueError("mesh.train with pipeline > 1 runs on launch(backend='torchrun') only: Horovod has no "
                          "point-to-point send/recv for the activations; data x tensor runs on Horovod too")
-    if pipeline > 1 and tensor > 1:
-        raise ValueError("this miniature combines data parallelism with either pipeline or tensor "
-                         "parallelism; pipeline and tensor together need stages that each hold a split "
-                         "block (see distlab.parallel.mesh)")
     check_int("global_batch_size", global_batch_size)
     if global_batch_size % data:
         raise ValueError(f"the batch of {global_batch_size} does not divide among {data} data replicas")
+    if tensor > 1 and depth != 3:
+        raise ValueError("tensor parallelism here splits the depth-3 MLP's block: use depth=3")
+    if pipeline > 1 and tensor > 1:
+        tensor_parallel.check_tensor_parallel(width, tensor)
+        held = [[n for n in BLOCK if n in dict(part.named_children())] for part in _parts(width, pipeline)]
+        if [n for n in held if n] != [list(BLOCK)]:
+            raise ValueError(f"pipeline {pipeline} cuts the split block {' and '.join(BLOCK)} apart "
+                             f"({held}): both must sit in one stage; use fewer pipeline stages")
     if pipeline == 1:
         tensor_parallel.validate_args(tensor, backend=backend, device=device, width=width,
                                       global_batch_size=global_batch_size // data, steps=steps, lr=lr,
                                       dtype="float32")
-        if depth != 3:
-            raise ValueError("tensor parallelism here splits the depth-3 MLP's block: use depth=3")
     else:
         pipeline_settings = dict(model="mlp", width=width, depth=depth, micro_batches=micro_batches,
                                  schedule=schedule, chunks=1, steps=steps, lr=lr, dtype="float32")
@@ -105,7 +111,13 @@ def train(worker, *, data: int = 2, pipeline: int = 2, tensor: int = 1, width: i
     ``config["groups"]``) and, in ``traffic``, the bytes it sent per step in each kind of group.
     """
     mesh = Mesh(worker, data=data, pipeline=pipeline, tensor=tensor)
-    if pipeline > 1:
+    if pipeline > 1 and tensor > 1:
+        counter = {"data": 0}
+        record = _train_split_stages(worker, mesh, width=width, global_batch_size=global_batch_size,
+                                     micro_batches=micro_batches, schedule=schedule, steps=steps, lr=lr,
+                                     seed=seed, average=gradient_averager(worker, mesh, counter))
+        record.traffic = dict(record.traffic, data=counter["data"] // steps)
+    elif pipeline > 1:
         counter = {"data": 0}
         record = pipe.train_stage(
             worker, mesh.peers("pipeline"), model="mlp", width=width, depth=depth,
@@ -126,3 +138,52 @@ def train(worker, *, data: int = 2, pipeline: int = 2, tensor: int = 1, width: i
 
 train.validate_args = validate_args
 train.supports = frozenset({"torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault"})
+
+
+def _parts(width: int, pipeline: int, seed: int = 0, device="cpu"):
+    """Lesson 07: the depth-3 MLP cut into ``pipeline`` stages as lesson 06 cuts it (``stages.split``)."""
+    sample = load_digits().x_train[:1].to(device)
+    return stages.split(build_model("mlp", width, seed=seed, depth=3).to(device), pipeline, sample)
+
+
+def _train_split_stages(worker, mesh: Mesh, *, width: int, global_batch_size: int, micro_batches: int,
+                        schedule: str, steps: int, lr: float, seed: int, average) -> RankRecord:
+    """Lesson 07: pipeline x tensor: lesson 06's pipeline along the mesh's pipeline axis (one per
+    tensor slice and data replica), in which the stage that holds the block splits it across its
+    tensor group; the other stages are the same on every tensor rank (they see the same data).
+
+    Built from the pipeline's own pieces (``stages.split``, ``pipeline.Stage``,
+    ``pipeline.PipelineSchedule``): ``pipeline.train_stage`` builds its stages itself.
+    """
+    peers, p, m, device = mesh.peers("pipeline"), mesh.size("pipeline"), micro_batches, worker.device
+    rank, (d, replicas) = mesh.coordinates["pipeline"], (mesh.coordinates["data"], mesh.size("data"))
+    data = load_digits()
+    parts = _parts(width, p, seed, device)
+    shapes = stages.boundary_shapes(parts, data.x_train[:1].to(device))
+    layers = [[str(n) for n, _ in part.named_children()] for part in parts]
+    mine, traffic = parts[rank], tensor_parallel.Traffic()
+    for name, layer in (("fc2", tensor_parallel.ColumnParallelLinear), ("fc3", tensor_parallel.RowParallelLinear)):
+        if name in layers[rank]:
+            setattr(mine, name, layer(getattr(mine, name), worker, mesh.group("tensor"), traffic))
+    params = {f"{child}.{n}": q for child, module in mine.named_children() for n, q in module.named_parameters()}
+    batch = global_batch_size // replicas
+    record = RankRecord(worker.rank, worker.world_size, worker.backend, f"pipeline x tensor {schedule}", str(device),
+                        config=dict(model="mlp", width=width, depth=3, batch_size=batch // p,
+                                    global_batch_size=global_batch_size, micro_batches=m, schedule=schedule,
+                                    chunks=1, steps=steps, lr=lr, seed=seed, dtype="float32", stage=rank,
+                                    layers=layers, parameters_held=sum(q.numel() for q in params.values())),
+                        shard=shard_indices(data.n_train, 0, 1, seed=seed))
+    stage = pipe.Stage([part if v == rank else None for v, part in enumerate(parts)], shapes, rank, peers,
+                       batch // m, device, mesh.group("pipeline").handle)
+    run = Run(worker, data, data.x_train.to(device), data.y_train.to(device), params, None,
+              torch.optim.SGD(params.values(), lr=lr), record)
+    totals = [0]                          # tensor bytes so far, noted after each step's passes
+
+    def note_and_average(params) -> None:
+        totals.append(sum(traffic.bytes.values()))
+        average(params)
+    strategy = pipe.PipelineSchedule(stage, schedules.schedule(schedule, p, m, 1)[rank], m, note_and_average)
+    record = train_steps(run, strategy, steps, lambda step: global_batch(data.n_train, 1, global_batch_size, step,
+                                                                         seed=seed)[d * batch:(d + 1) * batch])
+    record.traffic = dict(record.traffic, tensor=totals[-1] - totals[-2])   # the last step's (no evaluation)
+    return record
