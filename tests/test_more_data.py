@@ -70,7 +70,9 @@ def test_accuracy_grows_with_the_real_training_set():
 
 def test_time_to_accuracy_times_real_data_parallel_runs_on_one_and_two_ranks():
     found = more_data.time_to_accuracy(0.5, (1, 2), model="mlp", width=32, steps=40, global_batch_size=32,
-                                       evaluate_every=10, samples=20_000)
+                                       evaluate_every=10, samples=20_000, probe=True)
+    (probe,) = found["probe"]                      # lesson 06's ceiling, measured on the same ranks
+    assert 0 < probe < 4
     for n in (1, 2):
         (curve,) = found[n]["curves"]
         assert [step for step, _, _ in curve] == [10, 20, 30, 40]
@@ -82,6 +84,8 @@ def test_time_to_accuracy_times_real_data_parallel_runs_on_one_and_two_ranks():
         assert found["budget"] == pytest.approx(min(reached))
     with pytest.raises(ValueError, match="target is a test accuracy"):
         more_data.time_to_accuracy(95)
+    with pytest.raises(ValueError, match="probe compares world sizes"):
+        more_data.time_to_accuracy(0.5, (2,), probe=True)
 
 
 def test_the_exercise_checks_both_ways(capsys):

@@ -98,7 +98,7 @@ def gain(summary: list[dict], model: str) -> dict:
 def time_to_accuracy(target: float = 0.95, world_sizes=(1, 2), *, model: str = "cnn", width: int = 16,
                      samples: int = 100_000, steps: int = 200, global_batch_size: int = 128, lr: float = 0.05,
                      evaluate_every: int = 10, repeats: int = 1, budget: float | None = None,
-                     warm: bool | str = "auto") -> dict:
+                     warm: bool | str = "auto", probe: bool = False) -> dict:
     """Lesson 05: real data-parallel training on the distorted digits, on each world size.
 
     Each repeat launches every world size once (the order turns from repeat to repeat, so that a
@@ -107,15 +107,27 @@ def time_to_accuracy(target: float = 0.95, world_sizes=(1, 2), *, model: str = "
     Returns ``{world_size: {"seconds_to_target": [...], "accuracy_at_budget": [...],
     "curves": [[(step, seconds, accuracy), ...], ...]}}`` plus ``"budget"``: by default the median
     time the fastest world size took to reach ``target`` (None entries: target not reached).
+
+    ``probe``: in every repeat, also the machine's probe ceiling (lesson 06: ranks multiplying
+    matrices with no communication; the work per second of the largest world size over the
+    smallest's, ``ceiling.ceiling``'s ratio when the smallest is 1), measured on the same ranks
+    right after each training: ``"probe"``, one ceiling per repeat.  On warm ranks that costs no
+    start-up (``ceiling.ceiling`` would start its own ranks), and each repeat's ceiling is
+    measured when its trainings ran.
     """
     from ..processes.launcher import launch
     from ..parallel import data_parallel
+    from .ceiling import compute_alone
 
     if not 0 < target < 1:
         raise ValueError(f"target is a test accuracy between 0 and 1, got {target!r}")
     sizes = list(world_sizes)
+    if probe and len(sizes) < 2:
+        raise ValueError("probe compares world sizes: give at least two")
     found = {n: {"seconds_to_target": [], "accuracy_at_budget": [], "curves": []} for n in sizes}
+    ceilings = []
     for r in range(repeats):
+        probe_s = {}
         for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
             record = launch(data_parallel.train, world_size=n, progress="none", warm=warm, model=model,
                             width=width, global_batch_size=global_batch_size, steps=steps, lr=lr,
@@ -124,6 +136,11 @@ def time_to_accuracy(target: float = 0.95, world_sizes=(1, 2), *, model: str = "
             curve = list(record.evaluations)
             found[n]["curves"].append(curve)
             found[n]["seconds_to_target"].append(next((t for _, t, a in curve if a >= target), None))
+            if probe:                                  # the slowest rank's seconds for the same work
+                probe_s[n] = max(launch(compute_alone, world_size=n, progress="none", warm=warm))
+        if probe:
+            few, many = min(sizes), max(sizes)
+            ceilings.append(many / few * probe_s[few] / probe_s[many])
     if budget is None:
         medians = [statistics.median(ts) for n in sizes
                    if (ts := [t for t in found[n]["seconds_to_target"] if t is not None])]
@@ -131,7 +148,7 @@ def time_to_accuracy(target: float = 0.95, world_sizes=(1, 2), *, model: str = "
     for n in sizes:
         found[n]["accuracy_at_budget"] = [max((a for _, t, a in curve if budget is not None and t <= budget),
                                               default=None) for curve in found[n]["curves"]]
-    return {"target": target, "budget": budget, **found}
+    return {"target": target, "budget": budget, **({"probe": ceilings} if probe else {}), **found}
 
 
 def speedup_to_target(result: dict, fast: int = 2, slow: int = 1) -> list[float]:

@@ -58,7 +58,7 @@ def time_to_accuracy(found: dict) -> Figure:
     """Lesson 05: test accuracy against training seconds, one line per world size and repeat."""
     fig = Figure(figsize=(WIDTH * 0.7, 3.6))
     ax = fig.subplots()
-    for n in (k for k in found if isinstance(k, int)):
+    for n in sorted(k for k in found if isinstance(k, int)):
         for j, curve in enumerate(found[n]["curves"]):
             ax.plot([t for _, t, _ in curve], [100 * a for *_, a in curve], marker=".",
                     color=rank_colour(n - 1), alpha=1 if j == 0 else 0.5,
