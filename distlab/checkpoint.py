@@ -7,7 +7,9 @@ as if nothing had happened:
 * the model's parameters and the optimizer's state (momentum, Adam's moments, its step count);
 * where the data sampler is: here the mini-batches are a function of (seed, step), so the
   step says it all (a shuffling loader would save its permutation and position too);
-* the random number generators (torch, Python, NumPy, CUDA), for dropout or sampling.
+* the random number generators (torch, Python, NumPy, CUDA), for dropout or sampling;
+* whatever else the strategy keeps (``extra``: ``Strategy.state_dict``), e.g. DeepSpeed's fp32
+  master copy of this rank's shard of the parameters.
 
 Each rank saves *its own* file (``rank_<r>.pt``): under data parallelism they are copies,
 but a pipeline stage holds only its layers, and under ZeRO a rank holds only its slice of the
@@ -186,20 +188,24 @@ class Checkpointer:
         return cls(worker, settings, run_config) if settings and settings.get("dir") else None
 
     # -- saving --------------------------------------------------------------------------------
-    def after_step(self, done: int, total: int, model, optimizer, sampler: dict) -> dict | None:
-        """Save if ``done`` steps is a multiple of ``every`` (or the end); returns what was saved."""
+    def after_step(self, done: int, total: int, model, optimizer, sampler: dict, extra=None) -> dict | None:
+        """Save if ``done`` steps is a multiple of ``every`` (or the end); returns what was saved.
+
+        ``extra()``, when given, returns what the strategy keeps beyond the model and optimizer
+        (``Strategy.state_dict``): called only when a checkpoint is due."""
         if not self.every or (done % self.every and done != total):
             return None
-        return self.save(done, model, optimizer, sampler)
+        return self.save(done, model, optimizer, sampler, extra() if extra else None)
 
-    def save(self, done: int, model, optimizer, sampler: dict) -> dict:
+    def save(self, done: int, model, optimizer, sampler: dict, extra: dict | None = None) -> dict:
         t0 = time.time()
         w = self.worker
         folder = os.path.join(self.dir, f"step_{done:06d}")
         os.makedirs(folder, exist_ok=True)
         state = {"format": FORMAT, "rank": w.rank, "world_size": w.world_size, "step": done,
                  "config": self.run_config, "sampler": sampler, "model": _cpu(model_state(model)),
-                 "optimizer": _cpu(optimizer.state_dict()), "random": random_state()}
+                 "optimizer": _cpu(optimizer.state_dict()), "random": random_state(),
+                 **({"extra": _cpu(extra)} if extra else {})}    # (only strategies that keep more)
         import io
         buffer = io.BytesIO()
         torch.save(state, buffer)
@@ -221,8 +227,10 @@ class Checkpointer:
             shutil.rmtree(os.path.join(self.dir, f"step_{step:06d}"), ignore_errors=True)
 
     # -- resuming ------------------------------------------------------------------------------
-    def resume(self, model, optimizer, sampler: dict) -> int:
-        """Load the newest checkpoint every rank has; return the step to start from (0: none)."""
+    def resume(self, model, optimizer, sampler: dict, load_extra=None) -> int:
+        """Load the newest checkpoint every rank has; return the step to start from (0: none).
+
+        ``load_extra(state)`` receives what ``save`` got as ``extra`` (``Strategy.load_state_dict``)."""
         if not self.resume_wanted:
             return 0
         mine = [s for s, _ in complete_checkpoints(self.dir)]
@@ -235,6 +243,8 @@ class Checkpointer:
         self.check_fits(state, path, sampler)
         load_model_state(model, state["model"], path)
         load_optimizer_state(optimizer, state["optimizer"])
+        if load_extra is not None:
+            load_extra(state.get("extra", {}))
         set_random_state(state["random"])
         return step
 

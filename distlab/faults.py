@@ -3,8 +3,10 @@
 Introduced in lesson 10 (failure is normal at scale).  Large jobs test their recovery the way
 they will need it: by breaking something on purpose (chaos testing).  ``fault`` is a dict
 ``{"kind": ..., "rank": r, "step": s}``, given to ``distlab.launch(..., fault=...)`` or in a run
-config's ``fault`` section; rank ``r`` then, in the middle of step ``s`` (after its backward
-pass, while the others wait for it in the all-reduce):
+config's ``fault`` section; rank ``r`` then, in step ``s`` (the one training loop, ``loop.train_steps``,
+calls ``maybe_fail`` once its mini-batch is taken, just before the strategy's step, whatever the
+strategy), while the others wait for it in the step's first message (an all-reduce, a pipeline
+receive):
 
 =========  ===========================================================================
 ``kill``   is killed by SIGKILL, as the out-of-memory killer or a lost machine would
@@ -48,7 +50,7 @@ def check_fault(fault, world_size: int) -> None:
 
 
 def maybe_fail(worker, step: int) -> None:
-    """Lesson 10: called by the training loops in the middle of every step; fails if told to."""
+    """Lesson 10: called by the one training loop at every step, before the strategy's step; fails if told to."""
     fault = getattr(worker, "fault", None)
     if not fault or worker.rank != fault["rank"] or step != fault["step"] or restart_count() > 0:
         return

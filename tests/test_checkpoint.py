@@ -13,7 +13,7 @@ import distlab
 from distlab import checkpoint
 from distlab import config as cfg
 from distlab import run as runs
-from distlab.parallel import data_parallel, fsdp, pipeline, zero
+from distlab.parallel import data_parallel, deepspeed_zero, fsdp, pipeline, torch_pipeline, zero
 from distlab.processes.worker import Worker
 
 ADAM = dict(optimizer="adam", lr=0.01, global_batch_size=64)
@@ -22,13 +22,19 @@ RUNS = {   # a run of each kind that keeps state a checkpoint must carry
     "ddp-adam-horovod": ("horovod", data_parallel.train, dict(method="ddp", **ADAM)),
     "zero2-adam": ("torchrun", zero.train, dict(stage=2, **ADAM)),
     "fsdp2-adam": ("torchrun", fsdp.train, dict(**ADAM)),
-    "pipeline-1f1b": ("torchrun", pipeline.train, dict(global_batch_size=64, micro_batches=2, schedule="1f1b")),
+    # the interleaved 1F1B schedule: its step is the schedule's passes, its checkpoint two chunks' parameters
+    "pipeline-interleaved": ("torchrun", pipeline.train, dict(global_batch_size=64, micro_batches=2, depth=3,
+                                                              schedule="interleaved", chunks=2)),
+    "torch-pipeline-1f1b": ("torchrun", torch_pipeline.train, dict(global_batch_size=64, micro_batches=2,
+                                                                   schedule="1f1b")),
+    "deepspeed2-adam": ("torchrun", deepspeed_zero.train, dict(stage=2, **ADAM)),   # fp32 master copy of a shard
+    "deepspeed3-adam": ("torchrun", deepspeed_zero.train, dict(stage=3, **ADAM)),   # and the parameters' shards
 }
 IDS = [pytest.param(k, marks=pytest.mark.horovod) if "horovod" in k else k for k in RUNS]
 
 
 def params_of(fn, records):
-    return pipeline.merge_params(records) if fn is pipeline.train else records[0].params
+    return pipeline.merge_params(records) if fn in (pipeline.train, torch_pipeline.train) else records[0].params
 
 
 @pytest.mark.parametrize("name", IDS)

@@ -25,6 +25,13 @@ bounded by the process group's timeout (``launch(..., timeout=...)``).
 Messages (float64, so that version numbers travel exactly):
 server -> worker: ``[version, parameters...]``; worker -> server: ``[version used, loss,
 accuracy, gradient...]``.
+
+No checkpoints and no faults on purpose (``train.supports`` has neither, so ``launch`` and a run
+config refuse ``checkpoint=`` and ``fault=`` before any process starts).  The workers run the one
+loop (``loop.train_steps``), but the server does not: it answers whichever worker is first, so
+it has no steps of its own to save after, and which gradient it applies when depends on timing.
+A resumed run could therefore never equal the uninterrupted one (two uninterrupted runs do not
+equal each other either), and a checkpoint's barrier would wait for a server that never reaches it.
 """
 from __future__ import annotations
 
@@ -122,7 +129,7 @@ def train(worker, *, model: str = "mlp", width: int = 64, batch_size: int = 32, 
 
 
 train.validate_args = validate_args   # the launcher calls it before starting any process
-train.supports = frozenset({"torchrun", "cpu"})   # no checkpoints or faults: the server keeps its own loop
+train.supports = frozenset({"torchrun", "cpu"})   # no checkpoints or faults: see the module's docstring
 
 
 class AsyncWorker(Strategy):

@@ -11,7 +11,9 @@ DeepSpeed's own ``DeepSpeedConfig`` (what ``deepspeed.initialize`` does), so a b
 fails with DeepSpeed's message before any process starts.
 
 ``train`` runs it: ``deepspeed.initialize`` wraps the model in an *engine* whose
-``backward`` and ``step`` do the reduce-scatters and all-gathers of the chosen stage.
+``backward`` and ``step`` do the reduce-scatters and all-gathers of the chosen stage; the
+engine is the step of the one training loop (``Engine``), so a DeepSpeed run writes metrics,
+keeps checkpoints, resumes and obeys faults like every other.
 On a machine without a GPU, DeepSpeed's CPU accelerator (``DS_ACCELERATOR=cpu``) runs it in
 CPU processes over gloo.  DeepSpeed is optional for a learner (``tools/install_deepspeed.sh``
 installs it against the torch already there; the test set-up requires it); what is not
@@ -28,11 +30,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from ..checkpoint import CheckpointError
 from ..comm.collectives import check_torchrun
 from ..measure.memory_held import held_bytes
-from ..records import StepRecord
 from .data_parallel import per_rank_batch
-from .loop import OPTIMIZERS, evaluate
+from .loop import OPTIMIZERS, Done, Run, Strategy, evaluate, train_steps
 from .zero import check_train as check_zero
 from .zero import start_sharded
 
@@ -168,10 +170,11 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
     DeepSpeed builds the optimizer from ``config(...)``, the dict a learner reads; the record
     keeps it (``record.config["deepspeed"]``).
 
-    DeepSpeed's engine must run the backward pass itself (``engine.backward(loss)``: it hooks
-    the reduce-scatters into it), so this is lesson 01's loop written out for the engine
-    instead of ``loop.train_steps`` with a strategy.  The record's ``memory`` is what this
-    rank held after the last step (``held``); its ``params`` the full parameters.
+    DeepSpeed's engine must run the backward pass and the update itself (``engine.backward(loss)``
+    hooks the reduce-scatters into backward, ``engine.step()`` updates the shard and gathers), so
+    the strategy ``Engine`` replaces the loop's whole step; the loop (``loop.train_steps``) keeps
+    the records, metrics, checkpoints and faults.  The record's ``memory`` is what this rank held
+    after the last step (``held``); its ``params`` the full parameters.
     """
     check_torchrun(worker)
     reason = available()                 # (also chooses DeepSpeed's CPU accelerator without a GPU)
@@ -185,29 +188,102 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
                                   steps=steps, lr=lr, seed=seed, dtype=dtype, stage=stage)
     cfg = config(worker.world_size, stage=stage, optimizer=optimizer, lr=lr, batch_size=run.record.config["batch_size"],
                  gradient_clipping=gradient_clipping)
-    run.optimizer = None                         # DeepSpeed makes its own, from the config
-    engine, ds_optimizer, _, _ = deepspeed.initialize(model=run.model, model_parameters=run.model.parameters(),
-                                                      config=json.loads(json.dumps(cfg)))
-    record = run.record
-    record.config["deepspeed"] = cfg
-    t_first = time.time()
-    for step in range(steps):
-        idx = batch_at(step)
-        x, y = run.x[idx], run.y[idx]
+    run.record.config["deepspeed"] = cfg
+    return train_steps(run, Engine(cfg, stage), steps, batch_at)
+
+
+class Engine(Strategy):
+    """Lesson 08: DeepSpeed's engine as a strategy of the one loop.
+
+    ``prepare`` hands the model to ``deepspeed.initialize``, which builds the optimizer from the
+    config; ``run.net`` becomes the engine and ``run.optimizer`` the plain ``torch.optim`` optimizer
+    inside it (over this rank's shard), whose state a checkpoint holds like any other.  What
+    DeepSpeed keeps beyond the model and that optimizer, ``state_dict`` adds: the fp32 master
+    copy of this rank's shard (stages 1-3), stage 3's shards of the parameters themselves (the
+    module's own tensors are empty between steps), and the engine's step counters.
+    """
+
+    def __init__(self, cfg: dict, stage: int):
+        self.cfg, self.stage = cfg, stage
+
+    def prepare(self, run: Run) -> None:
+        import deepspeed
+
+        self.engine, self.ds_optimizer, _, _ = deepspeed.initialize(
+            model=run.model, model_parameters=run.model.parameters(), config=json.loads(json.dumps(self.cfg)))
+        run.net = self.engine                # (the optimizer start() made is dropped: DeepSpeed made its own)
+        run.optimizer = (Stage3Optimizer(self.ds_optimizer) if self.stage == 3
+                         else getattr(self.ds_optimizer, "optimizer", self.ds_optimizer))
+
+    def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = time.time()
-        out = engine(x)
+        out = self.engine(x)
         loss = F.cross_entropy(out, y)
-        engine.backward(loss)                       # backward, and the stage's gradient reduction
+        self.engine.backward(loss)                  # backward, and the stage's gradient reduction
         t_compute_end = time.time()
-        engine.step()                               # the sharded update, and the parameters' gather
-        record.steps.append(StepRecord(step, loss.item(), (out.argmax(1) == y).double().mean().item(),
-                                       t_start, t_compute_end, None, None, time.time()))
-        worker.progress(step + 1, steps, loss=loss.item())
-    record.wall_time = time.time() - t_first
-    record.memory = held(run.model, ds_optimizer)
-    record.params = full_params(run.model, stage)
-    record.test_accuracy = evaluate(engine, run.data.x_test.to(worker.device), run.data.y_test.to(worker.device))
-    return record
+        self.engine.step()                          # the sharded update, and the parameters' gather
+        return Done(loss.item(), (out.argmax(1) == y).double().mean().item(), t_start, t_compute_end)
+
+    def _masters(self) -> list[torch.Tensor]:
+        """The fp32 master copy of this rank's shard (none at stage 0: the optimizer updates the model)."""
+        if self.stage == 3:
+            return list(self.ds_optimizer.fp32_partitioned_groups_flat)
+        return list(getattr(self.ds_optimizer, "single_partition_of_fp32_groups", []))
+
+    def _shards(self, run: Run) -> list[torch.Tensor]:
+        return [p.ds_tensor for p in run.model.parameters()] if self.stage == 3 else []
+
+    def state_dict(self, run: Run) -> dict:
+        e = self.engine
+        return {"masters": self._masters(), "shards": self._shards(run),
+                "counters": [e.global_steps, e.global_samples, e.micro_steps]}
+
+    @torch.no_grad()
+    def load_state_dict(self, run: Run, state: dict) -> None:
+        for name in ("masters", "shards"):
+            mine = self._masters() if name == "masters" else self._shards(run)
+            if len(mine) != len(state[name]):
+                raise CheckpointError(f"the checkpoint holds {len(state[name])} {name}, this DeepSpeed run "
+                                      f"{len(mine)}: it was saved at another ZeRO stage")
+            for tensor, saved in zip(mine, state[name]):
+                tensor.copy_(saved)
+        self.engine.global_steps, self.engine.global_samples, self.engine.micro_steps = state["counters"]
+
+    def finish(self, run: Run) -> None:
+        record, device = run.record, run.worker.device
+        record.memory = held(run.model, self.ds_optimizer)
+        record.params = full_params(run.model, self.stage)
+        record.test_accuracy = evaluate(self.engine, run.data.x_test.to(device), run.data.y_test.to(device))
+
+
+class Stage3Optimizer:
+    """Lesson 10: stage 3's inner optimizer, for a checkpoint to save and load.
+
+    Between steps DeepSpeed's stage 3 empties its inner optimizer's list of parameters (the fp32
+    shards are put in only for the update), but the optimizer's state is keyed by them: so for
+    the moment of saving or loading they are put back (DeepSpeed's own two methods for it).
+    """
+
+    def __init__(self, zero3):
+        self.zero3 = zero3
+
+    @property
+    def state(self):
+        return self.zero3.optimizer.state
+
+    def state_dict(self) -> dict:
+        self.zero3._set_fp32_optimizer_param_groups()
+        try:
+            return self.zero3.optimizer.state_dict()
+        finally:
+            self.zero3._clear_fp32_optimizer_param_groups()
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.zero3._set_fp32_optimizer_param_groups()
+        try:
+            self.zero3.optimizer.load_state_dict(saved)
+        finally:
+            self.zero3._clear_fp32_optimizer_param_groups()
 
 
 def held(model, ds_optimizer) -> dict[str, int]:
@@ -249,4 +325,4 @@ def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", gra
 
 
 train.validate_args = check_train
-train.supports = frozenset({"torchrun", "cpu", "cuda"})   # no checkpoints or faults yet: its loop is its own
+train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})   # through the one loop

@@ -24,6 +24,13 @@ when every host is blacklisted the driver stops the job.  On one machine named o
 leaves the other.  A cluster lists its real hosts in the discovery script.
 
 Run with ``horovodrun ... python -m distlab.parallel.horovod_elastic RUN_DIR STEPS`` (``command``).
+
+This is the one training loop in distlab that is not ``loop.train_steps``, on purpose: Horovod's
+elastic mode needs the loop inside ``@hvd.elastic.run``, which re-enters it after every
+re-formed ring, and its state is the in-memory ``TorchState`` it commits, not a checkpoint on
+disk.  So ``train.supports`` names neither "checkpoint" nor "fault": it keeps its own committed
+state, restarts itself, and takes its failure as ``fault_step``.  ``distlab.launch`` does not
+run it (``horovodrun`` does, through ``command``).
 """
 from __future__ import annotations
 
@@ -100,8 +107,7 @@ def train(run_dir: str, steps: int, commit_every: int = 10, fault_step: int | No
     hvd.shutdown()
 
 
-# Not a function ``distlab.launch`` runs: ``horovodrun`` starts it (``command``), and it keeps its own
-# state (an in-memory ``state.commit()``, not checkpoints on disk) and its own fault (``fault_step``)
+# Not a function ``distlab.launch`` runs (see the module's docstring): no checkpoints, no launch fault
 train.supports = frozenset({"horovod", "cpu"})
 
 

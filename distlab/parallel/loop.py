@@ -22,25 +22,41 @@ optimizer step.  Data parallelism (``gradient_sync.py``) averages gradients in
 ``communicate``; local SGD (``local_sgd.py``) averages parameters every k steps; the
 asynchronous worker (``async_sgd.py``) pushes its gradient and pulls new parameters.
 
-The loop writes one ``StepRecord`` per step (times of the step's parts, loss, accuracy)
-into the rank's ``RankRecord``, which is what the lessons' pictures are drawn from.
+Some strategies cannot be cut into forward, backward, communicate and update: a pipeline
+(lesson 06) interleaves the passes of many micro-batches with its messages, and DeepSpeed
+(lesson 08) must run backward and the update itself (``engine.backward``, ``engine.step``).
+They replace the whole step; three more hooks say what only they know:
+
+===========================  ==================================================================
+``step(run, s, x, y)``       one training step on the mini-batch; returns ``Done`` (loss,
+                             accuracy, times).  The default is the four hooks above, in order
+``state_dict(run)``,         what a checkpoint must hold beyond ``run.model``'s parameters and
+``load_state_dict(run, d)``  ``run.optimizer``'s state (DeepSpeed's fp32 copy of its shard)
+``finish(run)``              the record's last entries: test accuracy and final parameters
+===========================  ==================================================================
+
+Everything else happens here, once, whatever the strategy: the mini-batch, the learning rate,
+a fault on purpose (``faults.maybe_fail``), one ``StepRecord`` per step (times of the step's
+parts, loss, accuracy) in the rank's ``RankRecord``, which is what the lessons' pictures are
+drawn from, the progress bar, and (``logbook.Logbook``, lesson 10) the metrics file,
+TensorBoard, checkpoints and resuming from them.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import Checkpointer
 from ..data import shard_indices
 from ..datasets import load_dataset
 from ..faults import maybe_fail
-from ..metrics import MetricsLog
 from ..models import DTYPES, MODELS, build_model
 from ..processes.checks import check_int, check_positive
 from ..records import RankRecord, StepRecord
+from .logbook import Logbook
 
 
 def check_settings(world_size: int, *, model: str, width: int, steps: int, lr: float, dtype: str,
@@ -79,12 +95,16 @@ class Run:
     data: object                   # data.Digits, on the CPU
     x: torch.Tensor | None         # the training images, on the worker's device (None: made
     y: torch.Tensor | None         # batch by batch, lesson 05's distorted digits)
-    model: torch.nn.Module         # the plain model (its parameters are the record's)
-    net: torch.nn.Module           # what the forward pass calls: the model, or a wrapper (DDP)
-    optimizer: torch.optim.Optimizer
+    model: torch.nn.Module         # the plain model (its parameters are the record's; a pipeline
+                                   # stage's: {name: parameter}, the ones it holds)
+    net: torch.nn.Module | None    # what the forward pass calls: the model, or a wrapper (DDP)
+    optimizer: torch.optim.Optimizer   # (with the model: what a checkpoint holds)
     record: RankRecord
     loss: float = float("nan")       # the current step's mini-batch loss and accuracy, set by
-    accuracy: float = float("nan")   # the loop after backward (asynchronous SGD sends them on)
+    accuracy: float = float("nan")   # the step after backward (asynchronous SGD sends them on)
+    straggler: tuple | None = None   # lesson 04: (rank, seconds) that rank sleeps in every step
+    grads_at: set = field(default_factory=set)   # steps whose gradients the record keeps, of
+    layers: list = field(default_factory=list)   # these parameters (lessons 01-03)
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The images and labels of samples ``idx``: from memory, or made now (lesson 05's distorted digits)."""
@@ -132,8 +152,19 @@ def start(worker, *, model: str, width: int, lr: float, seed: int, dtype: str, m
                make_optimizer(optimizer, net.parameters(), lr), record)
 
 
+class Done(NamedTuple):
+    """Lesson 01: what a strategy's ``step`` hands back to the loop, which records it."""
+
+    loss: float                               # the mini-batch's loss (NaN on a rank that does not compute it)
+    accuracy: float                           # and accuracy (NaN where not known)
+    start: float                              # when the step's work started (time.time())
+    compute_end: float                        # when its computation ended
+    comm: tuple[float, float] | None = None   # when its communication started and ended, if timed apart
+    samples: int | None = None                # samples this rank counts as trained (default: its mini-batch)
+
+
 class Strategy:
-    """How a rank stays in agreement with the others (see the module's docstring).
+    """How a rank takes one training step and stays in agreement with the others (see the module's docstring).
 
     This base class is a process on its own: no communication, a plain optimizer step.
     """
@@ -144,6 +175,31 @@ class Strategy:
     def prepare(self, run: Run) -> None:
         pass
 
+    def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
+        """One training step on the mini-batch ``(x, y)``: forward, backward, communicate, update."""
+        k, wanted = self.accumulate, step in run.grads_at
+        # DDP and Horovod average inside backward: compute this rank's own gradient on the side
+        local = own_gradients(run.model, x, y, run.layers) if wanted and self.in_backward else None
+        self.before_step(run, step)
+        t_start = time.time()
+        out = run.net(x)
+        loss = F.cross_entropy(out, y)
+        if step % k == 0:
+            run.net.zero_grad(set_to_none=False)   # (Horovod 0.28's optimizer wrapper has no set_to_none)
+        (loss / k if k > 1 else loss).backward()   # k > 1: .grad adds up the mean of k micro-batches
+        if run.straggler is not None and run.worker.rank == run.straggler[0]:
+            time.sleep(run.straggler[1])
+        t_compute_end = time.time()
+        run.loss, run.accuracy = loss.item(), (out.argmax(1) == y).double().mean().item()
+        if wanted and local is None:
+            local = {n: p.grad.detach().cpu().clone() for n, p in run.model.named_parameters() if n in run.layers}
+        comm = self.communicate(run, step)
+        self.update(run, step)
+        if wanted:   # after update: Horovod writes the averaged gradients into .grad in step()
+            run.record.grads[step] = {n: {"local": local[n], "average": p.grad.detach().cpu().clone()}
+                                      for n, p in run.model.named_parameters() if n in run.layers}
+        return Done(run.loss, run.accuracy, t_start, t_compute_end, comm)
+
     def before_step(self, run: Run, step: int) -> None:
         pass
 
@@ -152,6 +208,18 @@ class Strategy:
 
     def update(self, run: Run, step: int) -> None:
         run.optimizer.step()
+
+    def state_dict(self, run: Run) -> dict:
+        return {}
+
+    def load_state_dict(self, run: Run, state: dict) -> None:
+        pass
+
+    def finish(self, run: Run) -> None:
+        """Lesson 01: the record's last entries: test accuracy and the final parameters."""
+        device = run.worker.device
+        run.record.test_accuracy = evaluate(run.model, run.data.x_test.to(device), run.data.y_test.to(device))
+        run.record.params = {n: p.detach().cpu().clone() for n, p in run.model.named_parameters()}
 
 
 def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=None, straggler=None,
@@ -166,18 +234,19 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
 
     Lesson 10: every step is also written to the rank's metrics file (``metrics.MetricsLog``);
     when the job keeps checkpoints (``worker.checkpoint``) the loop first resumes from the newest
-    one and saves one every few steps (``checkpoint.Checkpointer``); ``faults.maybe_fail`` breaks
-    the rank mid-step when the job asked for a failure on purpose.
+    one and saves one every few steps (``logbook.Logbook``); ``faults.maybe_fail`` breaks the
+    rank at the start of a step's work when the job asked for a failure on purpose.
 
     Lesson 05: ``evaluate_every=k`` measures test accuracy after every k-th step and appends
     ``(step, training seconds so far, accuracy)`` to ``record.evaluations``; the seconds leave out
     the evaluations themselves, so the clock is the training's.
     """
-    worker, record, k = run.worker, run.record, strategy.accumulate
+    worker, record = run.worker, run.record
+    run.straggler, run.grads_at = straggler, set(record_grads_at)
+    if run.grads_at:
+        run.layers = [n for n, _ in run.model.named_parameters()] if layers is None else list(layers)
     strategy.prepare(run)
-    names = [n for n, _ in run.model.named_parameters()]
-    layers = names if layers is None else list(layers)
-    book = Logbook(worker, record, run.model, run.optimizer, steps)
+    book = Logbook(run, strategy, steps)         # resumes from the newest checkpoint, if any
     t_first = time.time()
     x_test = y_test = None
     if evaluate_every:
@@ -185,72 +254,26 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
     for step in range(book.first, steps):
         idx = batch_at(step).to(worker.device)
         x, y = run.batch(idx)
-        wanted = step in record_grads_at
-        # DDP and Horovod average inside backward: compute this rank's own gradient on the side
-        local = own_gradients(run.model, x, y, layers) if wanted and strategy.in_backward else None
-        strategy.before_step(run, step)
-        t_start = time.time()
-        out = run.net(x)
-        loss = F.cross_entropy(out, y)
-        if step % k == 0:
-            run.net.zero_grad(set_to_none=False)   # (Horovod 0.28's optimizer wrapper has no set_to_none)
-        (loss / k if k > 1 else loss).backward()   # k > 1: .grad adds up the mean of k micro-batches
-        if straggler is not None and worker.rank == straggler[0]:
-            time.sleep(straggler[1])
-        maybe_fail(worker, step)
-        t_compute_end = time.time()
-        run.loss, run.accuracy = loss.item(), (out.argmax(1) == y).double().mean().item()
-        if wanted and local is None:
-            local = {n: p.grad.detach().cpu().clone() for n, p in run.model.named_parameters() if n in layers}
         if lr_at is not None:
             for group in run.optimizer.param_groups:
                 group["lr"] = lr_at(step)
-        comm = strategy.communicate(run, step)
-        strategy.update(run, step)
+        maybe_fail(worker, step)              # the others then wait for this rank in their next message
+        done = strategy.step(run, step, x, y)
         t_end = time.time()
-        if wanted:   # after update: Horovod writes the averaged gradients into .grad in step()
-            record.grads[step] = {n: {"local": local[n], "average": p.grad.detach().cpu().clone()}
-                                  for n, p in run.model.named_parameters() if n in layers}
-        record.steps.append(StepRecord(step, run.loss, run.accuracy, t_start, t_compute_end,
-                                       *(comm or (None, None)), t_end))
-        book.step_done(step + 1, loss=run.loss, accuracy=run.accuracy, samples=len(idx),
-                       step_seconds=t_end - t_start, comm_seconds=comm[1] - comm[0] if comm else None)
-        worker.progress(step + 1, steps, loss=run.loss)
+        record.steps.append(StepRecord(step, done.loss, done.accuracy, done.start, done.compute_end,
+                                       *(done.comm or (None, None)), t_end))
+        book.step_done(step + 1, loss=done.loss, accuracy=done.accuracy, samples=done.samples or len(idx),
+                       step_seconds=t_end - done.start,
+                       comm_seconds=done.comm[1] - done.comm[0] if done.comm else None)
+        worker.progress(step + 1, steps, **({"loss": done.loss} if done.loss == done.loss else {}))
         if evaluate_every and (step + 1) % evaluate_every == 0:
             t_eval = time.time()
             record.evaluations.append((step + 1, t_eval - t_first, evaluate(run.model, x_test, y_test)))
             t_first += time.time() - t_eval           # the training clock stops while it evaluates
     record.wall_time = time.time() - t_first
-    finish(run)
+    strategy.finish(run)
     book.close(record.test_accuracy)
     return record
-
-
-class Logbook:
-    """Lesson 10: what a training loop does besides training (this one, and the pipeline's).
-
-    Before the first step it resumes from the newest checkpoint, if the job keeps them
-    (``checkpoint.Checkpointer``; ``first`` is the step to start from); after each step it writes
-    the rank's metrics line (``metrics.MetricsLog``) and saves a checkpoint when one is due.
-    The mini-batches are a function of (seed, step), so the seed and the step are the sampler's state.
-    """
-
-    def __init__(self, worker, record, model, optimizer, steps: int):
-        self.model, self.optimizer, self.steps = model, optimizer, steps
-        self.saver = Checkpointer.of(worker, record.config)
-        self.sampler = {"seed": record.config.get("seed")}
-        self.first = self.saver.resume(model, optimizer, self.sampler) if self.saver else 0
-        record.resumed_from = self.first or None
-        self.log = MetricsLog(worker, steps, resumed_from=record.resumed_from, tensorboard=worker.tensorboard)
-
-    def step_done(self, done: int, **metrics) -> None:
-        self.log.step(done, **metrics)
-        if self.saver and (saved := self.saver.after_step(done, self.steps, self.model, self.optimizer,
-                                                          self.sampler)):
-            self.log.write("checkpoint", **saved)
-
-    def close(self, test_accuracy: float) -> None:
-        self.log.close(self.steps, test_accuracy)
 
 
 def own_gradients(model, x, y, layers) -> dict[str, torch.Tensor]:
@@ -258,14 +281,6 @@ def own_gradients(model, x, y, layers) -> dict[str, torch.Tensor]:
     params = [(n, p) for n, p in model.named_parameters() if n in layers]
     grads = torch.autograd.grad(F.cross_entropy(model(x), y), [p for _, p in params])
     return {n: g.detach().cpu().clone() for (n, _), g in zip(params, grads)}
-
-
-def finish(run: Run) -> RankRecord:
-    """Lesson 01: the record's last entries: test accuracy and the final parameters."""
-    device = run.worker.device
-    run.record.test_accuracy = evaluate(run.model, run.data.x_test.to(device), run.data.y_test.to(device))
-    run.record.params = {n: p.detach().cpu().clone() for n, p in run.model.named_parameters()}
-    return run.record
 
 
 @torch.no_grad()

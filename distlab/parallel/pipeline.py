@@ -35,10 +35,9 @@ from ..comm.collectives import check_torchrun
 from ..data import global_batch, load_digits, shard_indices
 from ..models import DTYPES, build_model
 from ..processes.checks import check_int, check_positive
-from ..faults import maybe_fail
-from ..records import RankRecord, StepRecord
+from ..records import RankRecord
 from . import schedules, stages
-from .loop import Logbook
+from .loop import Done, Run, Strategy, train_steps
 
 
 def check_place(name: str, backend: str, device: str) -> None:
@@ -122,39 +121,48 @@ def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int,
                                     layers=layers, parameters_held=held),
                         shard=shard_indices(data.n_train, 0, 1, seed=seed))
     stage = Stage(parts, shapes, rank, peers, batch // m, device, group)
-    ops = schedules.schedule(schedule, p, m, chunks)[rank]
-    x_all, y_all = data.x_train.to(device), data.y_train.to(device)
-    book = Logbook(worker, record, params, optimizer, steps)     # lesson 10: checkpoints and metrics
-    t_first = time.time()
-    for step in range(book.first, steps):
-        idx = global_batch(data.n_train, 1, global_batch_size, step, seed=seed)[d * batch:(d + 1) * batch]
-        idx = idx.to(device)
+    run = Run(worker, data, data.x_train.to(device), data.y_train.to(device), params, None, optimizer, record)
+    strategy = PipelineSchedule(stage, schedules.schedule(schedule, p, m, chunks)[rank], m, average)
+    return train_steps(run, strategy, steps, lambda step: global_batch(data.n_train, 1, global_batch_size, step,
+                                                                       seed=seed)[d * batch:(d + 1) * batch])
+
+
+class PipelineSchedule(Strategy):
+    """Lesson 06: the pipeline as a strategy of the one loop: its step is the schedule's passes.
+
+    A pipeline cannot be cut into forward, backward, communicate and update (the passes of
+    many micro-batches interleave with the messages), so it replaces the whole ``step``; the
+    loop still does the rest (records, metrics, checkpoints of this stage's own parameters,
+    faults).  ``run.model`` is this rank's parameters by name (``{name: tensor}``), as the
+    whole model names them, so a checkpoint holds exactly this stage's shard.
+    """
+
+    def __init__(self, stage: Stage, ops, micro_batches: int, average=None):
+        self.stage, self.ops, self.m, self.average = stage, ops, micro_batches, average
+
+    def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = time.time()
-        maybe_fail(worker, step)            # (before the passes: its neighbours wait for its messages)
-        loss, correct = stage.run(step, ops, x_all[idx].chunk(m), y_all[idx].chunk(m), m)
-        t_compute_end = t_comm_start = time.time()
-        if average is not None:
-            average(params)
-        t_comm_end = time.time()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
-        t_end = time.time()
-        record.steps.append(StepRecord(step, loss, correct / batch, t_start, t_compute_end,
-                                       *((t_comm_start, t_comm_end) if average else (None, None)), t_end))
-        book.step_done(step + 1, loss=loss, accuracy=correct / batch, samples=batch // p, step_seconds=t_end - t_start)
-        worker.progress(step + 1, steps, **({"loss": loss} if loss == loss else {}))
-    record.wall_time = time.time() - t_first
-    record.events = stage.events
-    record.traffic = {"pipeline": stage.sent_bytes // max(steps - book.first, 1)}
-    record.params = {n: q.detach().cpu().clone() for n, q in params.items()}
-    record.test_accuracy = stage.evaluate(data.x_test.to(device), data.y_test.to(device))
-    book.close(record.test_accuracy)
-    return record
+        loss, correct = self.stage.run(step, self.ops, x.chunk(self.m), y.chunk(self.m), self.m)
+        t_compute_end = time.time()
+        if self.average is not None:         # lesson 07's mesh: average with the other pipelines
+            self.average(run.model)
+        comm = (t_compute_end, time.time()) if self.average is not None else None
+        run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=False)
+        return Done(loss, correct / len(y), t_start, t_compute_end, comm, samples=len(y) // self.stage.p)
+
+    def finish(self, run: Run) -> None:
+        """The timeline, the bytes sent per step, this stage's parameters, the whole model's test accuracy."""
+        record, device = run.record, run.worker.device
+        record.events = self.stage.events
+        record.traffic = {"pipeline": self.stage.sent_bytes // max(len(record.steps), 1)}
+        record.params = {n: q.detach().cpu().clone() for n, q in run.model.items()}
+        record.test_accuracy = self.stage.evaluate(run.data.x_test.to(device), run.data.y_test.to(device))
 
 
 train.validate_args = validate_args
 # what it runs on (the ``fn.supports`` every launchable training function has): torch.distributed's
-# send/recv on CPU (gloo) or GPU (NCCL); checkpoints and faults through the Logbook of loop.py
+# send/recv on CPU (gloo) or GPU (NCCL); checkpoints and faults through the one loop (loop.py)
 train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})
 
 

@@ -22,8 +22,9 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from ..comm.collectives import check_torchrun
 from ..data import global_batch, load_digits, shard_indices
 from ..models import DTYPES, build_model
-from ..records import RankRecord, StepRecord
+from ..records import RankRecord
 from . import pipeline, stages
+from .loop import Done, Run, Strategy, train_steps
 
 LIBRARY_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -57,29 +58,40 @@ def train(worker, *, model: str = "mlp", width: int = 64, depth: int = 2, global
                                     global_batch_size=global_batch_size, micro_batches=micro_batches,
                                     schedule=schedule, steps=steps, lr=lr, seed=seed, dtype=dtype),
                         shard=shard_indices(data.n_train, 0, 1, seed=seed))
-    x_all, y_all = data.x_train.to(device), data.y_train.to(device)
-    t_first = time.time()
-    for step in range(steps):
-        idx = global_batch(data.n_train, 1, global_batch_size, step, seed=seed).to(device)
+    run = Run(worker, data, data.x_train.to(device), data.y_train.to(device), params, None, optimizer, record)
+    return train_steps(run, LibrarySchedule(runner, rank, p), steps,
+                       lambda step: global_batch(data.n_train, 1, global_batch_size, step, seed=seed))
+
+
+class LibrarySchedule(Strategy):
+    """Lesson 06: the library's schedule object as a strategy of the one loop: its ``step`` is the step.
+
+    As in ``pipeline.PipelineSchedule``, ``run.model`` is this stage's parameters by name, so the
+    loop's checkpoints hold this stage's shard and resume it.  The first stage feeds the images,
+    the last the labels (and gets the micro-batches' losses back); a stage between feeds nothing.
+    """
+
+    def __init__(self, runner, rank: int, p: int):
+        self.runner, self.rank, self.p = runner, rank, p
+
+    def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = time.time()
         losses: list[torch.Tensor] = []
-        if rank == 0:
-            runner.step(x_all[idx])
-        elif rank == p - 1:
-            runner.step(target=y_all[idx], losses=losses)
+        if self.rank == 0:
+            self.runner.step(x)
+        elif self.rank == self.p - 1:
+            self.runner.step(target=y, losses=losses)
         else:
-            runner.step()
+            self.runner.step()
         t_compute_end = time.time()
-        optimizer.step()
-        optimizer.zero_grad()
+        run.optimizer.step()
+        run.optimizer.zero_grad()
         loss = sum(x.item() for x in losses) / len(losses) if losses else float("nan")
-        record.steps.append(StepRecord(step, loss, float("nan"), t_start, t_compute_end, None, None,
-                                       time.time()))
-        worker.progress(step + 1, steps, **({"loss": loss} if losses else {}))
-    record.wall_time = time.time() - t_first
-    record.params = {n: q.detach().cpu().clone() for n, q in params.items()}
-    return record
+        return Done(loss, float("nan"), t_start, t_compute_end, samples=len(y) // self.p)
+
+    def finish(self, run: Run) -> None:
+        run.record.params = {n: q.detach().cpu().clone() for n, q in run.model.items()}
 
 
 train.validate_args = validate_args
-train.supports = frozenset({"torchrun", "cpu", "cuda"})   # no checkpoints or faults yet: its loop is its own
+train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})   # through the one loop
