@@ -50,3 +50,41 @@ def test_repeat_runs_a_benchmark_twice(tmp_path):
     assert "repeat steady: 1 then 1, 0.0% apart (agree)" in out
     assert "repeat drifting: 1 then 1.2, 20.0% apart (DISAGREE)" in out
     assert out.splitlines()[-1] == "REPEAT fake_bench.py 1/2 within ±5%"
+
+
+# -- bench/gpu_check.py: the check for the day a GPU machine is lent (issue 27) -------------------
+GPU_CHECK = os.path.join(BENCH, "gpu_check.py")
+
+
+def run_gpu_check(*args, timeout=300):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")     # no GPU, even on a machine that has one
+    return subprocess.run([sys.executable, GPU_CHECK, *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_gpu_check_without_a_gpu_says_so_in_one_line_and_exits_0():
+    done = run_gpu_check()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [done.stdout.strip()]
+    assert done.stdout.startswith("gpu_check: no CUDA GPU here") and "nothing checked" in done.stdout
+
+
+def test_gpu_check_prints_a_miss_for_what_it_did_not_run():
+    done = run_gpu_check("--device", "cpu", "--only", "data,tensor", "--budget", "0")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1:3] == [f"GOAL {s}_max_diff nan <= 1e-05 MISS (not run: the check's budget of 0 s was spent)"
+                          for s in ("data", "tensor")]
+    assert lines[-1].startswith("gpu_check: 0 PASS, 2 MISS, 0 SKIP in ")
+    assert repeat.goals(done.stdout).keys() == {"data_max_diff", "tensor_max_diff"}
+
+
+def test_gpu_check_on_cpu_compares_a_strategy_with_one_process():
+    """The whole path of one strategy (child process, launch, the reference, the GOAL line) on gloo."""
+    done = run_gpu_check("--device", "cpu", "--only", "data")
+    assert done.returncode == 0, done.stderr
+    goal = [line for line in done.stdout.splitlines() if line.startswith("GOAL")]
+    assert len(goal) == 1 and goal[0].startswith("GOAL data_max_diff "), done.stdout
+    assert goal[0].split()[3:6] == ["<=", "1e-05", "PASS"], done.stdout
+    assert "(2 rank(s), 10 steps, 8970 parameters, over gloo)" in goal[0]
+    assert done.stdout.splitlines()[-1].startswith("gpu_check: 1 PASS, 0 MISS, 0 SKIP in ")
