@@ -51,6 +51,15 @@ class Accumulate(AllReduceEachParameter):
         if self.talks(step):
             run.optimizer.step()
 
+    def state_dict(self, run: Run) -> dict:
+        """Lesson 10: a checkpoint between two updates must carry the gradients added up so far."""
+        return {"grads": [None if p.grad is None else p.grad.detach().cpu().clone() for p in run.model.parameters()]}
+
+    def load_state_dict(self, run: Run, state: dict) -> None:
+        for p, g in zip(run.model.parameters(), state.get("grads", ())):
+            if g is not None:
+                p.grad = g.to(p.device)
+
 
 class LocalSGD(Accumulate):
     """Lesson 04: every rank takes its own SGD step each time; every k steps, average the parameters."""
@@ -71,6 +80,9 @@ class LocalSGD(Accumulate):
 
     def update(self, run: Run, step: int) -> None:
         pass                                 # done in communicate, before the averaging
+
+    def state_dict(self, run: Run) -> dict:
+        return {}                            # every step ends with an update: no gradients in flight
 
 
 def validate_args(world_size: int, *, k: int, average: str, model: str, width: int, batch_size: int,
