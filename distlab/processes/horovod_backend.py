@@ -4,9 +4,9 @@ Introduced in lesson 02 (``notebooks/02_horovod.ipynb``).  Horovod (Uber, 2017) 
 parallelism a few-line change to a single-process script: ``hvd.init()``, broadcast the
 initial parameters from rank 0, wrap the optimizer in ``hvd.DistributedOptimizer``.  It
 averaged gradients with a *ring all-reduce* from its first release, and packs many small
-gradients into one buffer before reducing them (*tensor fusion*).  ``HorovodWorker`` puts
-Horovod behind the ``Worker`` interface (``worker.py``), so every training function runs
-unchanged on either backend.
+gradients into one buffer before reducing them (*tensor fusion*).  ``HorovodWorker``
+(``horovod_worker.py``) puts Horovod behind the ``Worker`` interface (``worker.py``), so every
+training function runs unchanged on either backend.
 
 Horovod starts a job in two ways, and distlab uses both:
 
@@ -33,139 +33,15 @@ import math
 import os
 import re
 import sys
-import time
 
 import torch
 
 from .jobs import Job
-from .worker import DEFAULT_TIMEOUT, Group, Worker, check_members, choose_device, torch_device
+from .horovod_worker import HorovodWorker
+from .worker import DEFAULT_TIMEOUT, choose_device, torch_device
 
 NAME = "horovod"
 LOOPBACK = "lo"   # keep every rank's traffic on this machine's loopback interface
-
-
-# Horovod's collectives need every rank of a job; it has no send/recv (lesson 06's pipeline).
-NO_POINT_TO_POINT = ("Horovod has no point-to-point send/recv (only collectives): "
-                     "launch with backend='torchrun' for a pipeline or anything else that sends to one rank")
-_PROCESS_SETS: dict[tuple[int, ...], object] = {}   # this process's Horovod process sets, by their ranks
-
-
-class HorovodWorker(Worker):
-    """``Worker`` on Horovod.  Every wait has the job's timeout (Horovod's own waits have none)."""
-
-    backend = NAME
-
-    def __init__(self, hvd, device, timeout=DEFAULT_TIMEOUT, run_dir=None):
-        super().__init__(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device,
-                         timeout, run_dir)
-        self.hvd = hvd
-
-    def all_reduce(self, tensor, op="sum", group=None):
-        self.check_op(op)
-        hvd = self.hvd
-        if self.alone(group):
-            return tensor
-        self._wait(hvd.allreduce_async_(tensor, op=hvd.Sum if op == "sum" else hvd.Average,
-                                        process_set=self._set(group)), "all_reduce")
-        return tensor
-
-    def broadcast(self, tensor, src=0, group=None):
-        if not self.alone(group):
-            self._wait(self.hvd.broadcast_async_(tensor, root_rank=src, process_set=self._set(group)), "broadcast")
-        return tensor
-
-    def all_gather(self, tensor, group=None):
-        if self.alone(group):
-            return [tensor.clone()]
-        handle = self.hvd.allgather_async(tensor.unsqueeze(0), process_set=self._set(group))
-        return list(self._wait(handle, "all_gather").unbind(0))
-
-    def reduce_scatter(self, tensor, op="sum", group=None):
-        self.check_op(op)
-        n = self.pieces(tensor, group)
-        if n == 1:
-            return tensor.clone()
-        hvd = self.hvd
-        handle = hvd.reducescatter_async(tensor.contiguous(), op=hvd.Sum if op == "sum" else hvd.Average,
-                                         process_set=self._set(group))
-        return self._wait(handle, "reduce_scatter")
-
-    def all_to_all(self, tensor, group=None):
-        n = self.pieces(tensor, group)
-        if n == 1:
-            return tensor.clone()
-        out = self._wait(self.hvd.alltoall_async(tensor.contiguous(), process_set=self._set(group)), "all_to_all")
-        return out[0] if isinstance(out, tuple) else out     # (received, how many from each)
-
-    def send(self, tensor, dst):
-        raise RuntimeError(NO_POINT_TO_POINT)
-
-    def recv(self, tensor, src):
-        raise RuntimeError(NO_POINT_TO_POINT)
-
-    def barrier(self):
-        # An all-reduce of nothing: no rank can finish it before every rank has started it.
-        self._wait(self.hvd.allreduce_async_(torch.zeros(1), op=self.hvd.Sum), "barrier")
-
-    def new_group(self, ranks):
-        """Lesson 07: a Horovod *process set*.  Horovod allows one set per list of ranks, so a
-        rank kept warm for the next job reuses the sets it made before (``_PROCESS_SETS``)."""
-        ranks = check_members(ranks, self.world_size)
-        if len(ranks) == self.world_size:
-            return Group(ranks, self.hvd.global_process_set)
-        if len(ranks) == 1:
-            return Group(ranks)
-        if ranks not in _PROCESS_SETS:
-            _PROCESS_SETS[ranks] = self.hvd.add_process_set(list(ranks))
-        return Group(ranks, _PROCESS_SETS[ranks])
-
-    def _set(self, group):
-        return self.hvd.global_process_set if group is None else group.handle
-
-    def data_parallel(self, model, optimizer):
-        """Horovod's way: broadcast rank 0's parameters, wrap the optimizer; its hooks start one
-        all-reduce per gradient during ``backward``, and ``step()`` waits for them."""
-        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-
-    def wait(self, optimizer):
-        """Lesson 02: wait for the all-reduces that ``DistributedOptimizer`` started in backward.
-
-        ``optimizer.step()`` would wait for each in turn, and Horovod 0.28.1 waits by sleeping
-        a whole millisecond between looks (and never gives up).  Waiting here first, with
-        short looks and the job's timeout, lets ``step()`` find them all finished.
-        """
-        for handle, _ in list(optimizer._handles.values()):
-            if handle is not None and not callable(handle):
-                self._poll(handle, "DistributedOptimizer's gradient all-reduce")
-
-    def stop(self):
-        if os.environ.get("HOROVOD_TIMELINE"):       # lesson 10: let rank 0 write the timeline's last events
-            self.hvd.stop_timeline()
-        _PROCESS_SETS.clear()
-        self.hvd.shutdown()
-
-    def _wait(self, handle, what: str):
-        """Wait for a Horovod collective and return its result, but not forever."""
-        self._poll(handle, what)
-        return self.hvd.synchronize(handle)
-
-    def _poll(self, handle, what: str) -> None:
-        """Return when a Horovod collective has finished; give up after ``timeout`` seconds.
-
-        ``hvd.synchronize`` has no time limit, and Horovod's "stall check" (which should stop
-        a job whose ranks never all join a collective) did not fire in our tests of Horovod
-        0.28.1 with Gloo.  So we poll, and give up after ``timeout`` seconds as
-        torch.distributed does.
-        """
-        hvd, pause = self.hvd, 2e-5
-        deadline = time.monotonic() + self.timeout
-        while not hvd.poll(handle):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what} on rank {self.rank} waited more than {self.timeout:g} s: "
-                                   "some rank never joined it")
-            time.sleep(pause)
-            pause = min(2 * pause, 2e-4)   # look often: each look costs microseconds
 
 
 def start_worker(device: str = "auto", timeout: float = DEFAULT_TIMEOUT,

@@ -3,9 +3,9 @@
 Introduced in lesson 01.  Every training function in distlab receives one ``Worker``.  This
 module is the *interface*; each launch backend implements it in a module of its own:
 
-=====================  ==========================================  ==========================
-``Worker``             ``torch_backend.TorchWorker`` (torchrun)     ``horovod_backend.HorovodWorker``
-=====================  ==========================================  ==========================
+=====================  ==========================================  ====================================
+``Worker``             ``torch_backend.TorchWorker`` (torchrun)     ``horovod_worker.HorovodWorker``
+=====================  ==========================================  ====================================
 ``all_reduce``         ``dist.all_reduce`` (sum, then divide)      ``hvd.allreduce_async_``
 ``broadcast``          ``dist.broadcast``                          ``hvd.broadcast_async_``
 ``all_gather``         ``dist.all_gather``                         ``hvd.allgather_async``
@@ -16,9 +16,9 @@ module is the *interface*; each launch backend implements it in a module of its 
 ``barrier``            ``dist.barrier``                            an all-reduce of nothing
 ``data_parallel``      ``DistributedDataParallel``                 ``hvd.DistributedOptimizer``
 ``wait``               nothing (DDP waits inside ``backward``)     the optimizer's all-reduces
-=====================  ==========================================  ==========================
+=====================  ==========================================  ====================================
 
-so the *same* training code runs on either, and nothing outside the two backend modules
+so the *same* training code runs on either, and nothing outside the backends' modules
 touches torch.distributed's process group or Horovod's internals.
 
 Device policy (``choose_device``): one GPU per rank with NCCL when the machine has at least
