@@ -65,3 +65,19 @@ def test_each_collective_in_a_group_does_what_the_arithmetic_says(backend):
                 assert "backend='torchrun'" in got[name]
                 continue
             assert torch.equal(got[name], want.to(got[name].dtype)), (backend, rank, name, got[name], want)
+
+
+def skip_in_tensor_group(worker):
+    """Rank 1 never joins its tensor group's all-reduce (a 2 data x 2 tensor mesh)."""
+    from distlab.parallel.named_mesh import Mesh
+
+    mesh = Mesh(worker, data=2, tensor=2)
+    if worker.rank != 1:
+        worker.all_reduce(torch.ones(3), group=mesh.group("tensor"))
+    return worker.rank
+
+
+def test_a_group_of_the_mesh_keeps_the_jobs_timeout():
+    """The DeviceMesh's groups get the job's timeout (PyTorch's default for them is 30 minutes)."""
+    with pytest.raises(distlab.WorkerError, match="rank 0 failed: RuntimeError: .*Timed out"):
+        distlab.launch(skip_in_tensor_group, world_size=4, progress="none", warm=False, timeout=2)
