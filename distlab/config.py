@@ -183,7 +183,8 @@ class RunConfig(Section):
         unused = registry.unused_fields(p.strategy, self)
         if unused:
             raise ValueError("settings the strategy would silently ignore:\n  " + "\n  ".join(unused))
-        self._check_capabilities(strategy)
+        registry.check_supports(strategy, self.launch.backend, self.launch.device,
+                                checkpoint=bool(self.checkpoint.every), fault=self.fault.kind != "none")
         if self.fault.kind != "none" and self.fault.rank >= world:
             raise ValueError(f"fault.rank {self.fault.rank} is not a rank of this run (0 to {world - 1})")
         if self.logging.horovod_timeline and launch.backend != "horovod":
@@ -191,21 +192,6 @@ class RunConfig(Section):
         if launch.max_restarts and launch.backend != "torchrun":
             raise ValueError("launch.max_restarts: restarts are torchrun's (horovodrun has its own elastic mode)")
         return self
-
-    def _check_capabilities(self, strategy) -> None:
-        """Issue 27: what the strategy's function says it can do (``fn.supports``), before anything starts."""
-        from .processes.checks import check_capabilities
-
-        device = self.launch.device if self.launch.device != "auto" else None
-        options = {"checkpoint": {} if self.checkpoint.every else None,
-                   "fault": {} if self.fault.kind != "none" else None}
-        try:
-            check_capabilities(strategy.fn, self.launch.backend, device, options)
-        except ValueError as err:
-            where = {"checkpoint": "checkpoint.every", "fault": "fault.kind", "backend": "launch.backend",
-                     "device": "launch.device"}
-            key = next((k for k in where if k in str(err).split(":")[0]), "")
-            raise ValueError(f"{where.get(key, 'parallel.strategy')}: strategy {strategy.name}: {err}") from None
 
     def check_call(self) -> None:
         """Lesson 09: every check ``distlab.launch`` makes before starting a rank (``distlab check``, ``run``)."""

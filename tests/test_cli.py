@@ -56,8 +56,11 @@ def test_set_overrides_and_dry_run(tmp_path):
     (["--set", "launch.nodes=2"], "launch.hosts must name every node"),
     (["--set", "launch.nodes=2", "--set", "launch.hosts=[10.0.0.1,10.0.0.2]", "--node-rank", "5"],
      "--node-rank 5 is not a node of this run: nodes are 0 to 1"),
-    (["--set", "parallel.strategy=pipeline", "--set", "model.depth=1", "--set", "launch.processes_per_node=4"],
-     "this run cannot start"),
+    (["--set", "parallel.strategy=pipeline", "--set", "parallel.method=ddp", "--set", "model.depth=1",
+      "--set", "launch.processes_per_node=4"], "this run cannot start"),
+    (["--set", "parallel.strategy=pipeline"], "parallel.method = 'by_hand': strategy pipeline does not use it"),
+    (["--set", "parallel.strategy=pipeline", "--set", "parallel.method=ddp", "--set", "parallel.pipeline=3"],
+     "parallel.pipeline 3 contradicts the ranks"),
 ])
 def test_bad_input_exits_2_with_one_clear_message_and_starts_nothing(tmp_path, args, message):
     path = small(tmp_path)
@@ -81,6 +84,9 @@ def test_a_failed_run_exits_1_naming_the_problem(tmp_path):
 def test_help_doctor_and_bench():
     top = distlab_cli("--help")
     assert top.returncode == 0 and all(c in top.stdout for c in ("run", "check", "job", "doctor", "bench"))
+    from distlab.parallel.registry import STRATEGIES
+
+    assert "configs/" in top.stdout and all(f"  {name} " in top.stdout for name in STRATEGIES)   # from the registry
     for command in ("run", "check", "job", "doctor", "bench"):
         assert distlab_cli(command, "--help").returncode == 0
     assert distlab_cli().returncode == 2                              # no command: usage, exit 2
@@ -90,6 +96,21 @@ def test_help_doctor_and_bench():
     assert unknown.returncode == 2 and "no benchmark 'nope'" in unknown.stderr
     doctor = distlab_cli("doctor", "--json")
     assert doctor.returncode == 0 and '"cpu_cores"' in doctor.stdout
+
+
+def test_check_refuses_what_launch_would_refuse_and_exits_2(tmp_path, capsys):
+    """`distlab check` makes launch's own checks: the strategy's validate_args and fn.supports."""
+    from distlab import cli
+
+    path = small(tmp_path)
+    for overrides, message in (
+            (["parallel.strategy=pipeline", "parallel.method=ddp", "model.depth=1", "launch.processes_per_node=4"],
+             "this run cannot start: "),
+            (["parallel.strategy=torch_pipeline", "parallel.method=ddp", "parallel.schedule=interleaved"],
+             "torch.distributed.pipelining is used here with gpipe or 1f1b"),
+            (["parallel.micro_batches=4"], "parallel.micro_batches = 4: strategy data does not use it")):
+        assert cli.main(["check", path, *(x for o in overrides for x in ("--set", o))]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_the_report_reads_whole_error_files_only(tmp_path):

@@ -48,7 +48,7 @@ def test_toml_and_yaml_round_trip(tmp_path):
     (["launch.nodes=2", "launch.hosts=[a]"], "launch.hosts lists 1 hosts but launch.nodes is 2"),
     (["launch.backend=horovod", "parallel.strategy=pipeline"],
      "launch.backend: strategy pipeline: pipeline.train cannot run with backend='horovod': it runs on "
-     "backend='torchrun' only (strategies that can: data, local_sgd"),
+     "backend='torchrun' only"),
     (["parallel.strategy=zero", "parallel.zero_stage=3"], "stage 3 is strategy fsdp"),
     (["launch.port=80"], "launch.port = 80: Input should be greater than or equal to 1024"),
     (["model.width=wide"], "model.width = 'wide': Input should be a valid integer"),

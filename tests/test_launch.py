@@ -262,3 +262,62 @@ def test_arguments_are_checked_against_the_signature_before_any_process_starts(f
 def test_well_typed_arguments_reach_the_ranks():
     recs = distlab.launch(workers.annotated, world_size=2, steps=3, rate=1, layers=["fc1"], progress="none")
     assert [(r["steps"], r["rate"], r["layers"]) for r in recs] == [(3, 1, ["fc1"])] * 2
+
+
+# ---- issue 27: what a strategy supports, refused before any process starts -----------------------
+def refused_fast(fn, match, **kwargs):
+    before = children()
+    t0 = time.time()
+    with pytest.raises(ValueError, match=match):
+        distlab.launch(fn, progress="none", **kwargs)
+    took = time.time() - t0
+    assert children() - before == set(), "no process may start"
+    return took
+
+
+def test_a_strategy_on_a_backend_it_cannot_use_is_refused_in_under_a_second():
+    from distlab.parallel import pipeline, zero
+
+    took = refused_fast(pipeline.train, r"pipeline.train cannot run with backend='horovod': it runs on "
+                                        r"backend='torchrun' only", backend="horovod")
+    assert took < 1.0, f"{took:.2f} s: refused, but not at once"
+    refused_fast(zero.train, "zero.train cannot run with backend='horovod'", backend="horovod", global_batch_size=64)
+    refused_fast(dp.train, r"collective='ring' runs on launch\(backend='torchrun'\) only", backend="horovod",
+                 collective="ring", batch_size=8)
+
+
+def test_checkpoints_and_faults_are_refused_where_the_function_would_silently_ignore_them(tmp_path):
+    from distlab.parallel import registry
+
+    keep = {"dir": str(tmp_path), "every": 2}
+    for strategy in registry.STRATEGIES.values():
+        if "checkpoint" not in strategy.supports:
+            refused_fast(strategy.fn, "takes no checkpoints: checkpoint= would be silently ignored .strategies that "
+                                      "can: data", checkpoint=keep)
+        if "fault" not in strategy.supports:
+            refused_fast(strategy.fn, "does not obey a fault", fault={"kind": "kill", "rank": 1, "step": 1})
+    refused_fast(workers.annotated, "annotated takes no checkpoints", checkpoint=keep, steps=1)
+
+
+def test_validate_args_receives_the_backend_and_the_chosen_device():
+    seen = {}
+
+    def validate(world_size, *, backend="torchrun", device="cpu", **settings):
+        seen.update(world_size=world_size, backend=backend, device=device)
+
+    workers.annotated.validate_args = validate
+    try:
+        distlab.bind_arguments(workers.annotated, 3, dict(steps=1), backend="horovod", device="cpu")
+    finally:
+        del workers.annotated.validate_args
+    assert seen == {"world_size": 3, "backend": "horovod", "device": "cpu"}
+
+
+def test_a_config_that_does_not_fit_its_strategy_is_refused_by_launch(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("parallel: {strategy: pipeline, pipeline: 3}\nlaunch: {processes_per_node: 2}\n")
+    refused_fast(str(path), "parallel.pipeline 3 contradicts the ranks")
+    path.write_text("parallel: {strategy: deepspeed}\ncheckpoint: {every: 5}\n")
+    from distlab.parallel import deepspeed_zero
+    if "checkpoint" not in deepspeed_zero.train.supports:
+        refused_fast(str(path), "checkpoint.every: strategy deepspeed")

@@ -169,6 +169,24 @@ def unused_fields(name: str, config) -> list[str]:
     return out
 
 
+def check_supports(strategy: Strategy, backend: str, device: str, *, checkpoint: bool, fault: bool) -> None:
+    """Issue 27 (lessons 09-10): a config's backend, device, checkpoint and fault against ``fn.supports``.
+
+    The same check ``launch`` makes (``processes.checks.check_capabilities``), with the config's
+    key in front of the message, so that ``distlab check`` names the line to change.
+    """
+    from ..processes.checks import check_capabilities
+
+    try:
+        check_capabilities(strategy.fn, backend, device if device != "auto" else None,
+                           {"checkpoint": {} if checkpoint else None, "fault": {} if fault else None})
+    except ValueError as err:
+        text = str(err)
+        key = ("checkpoint.every" if "checkpoint" in text.split(":")[0] else "fault.kind" if "fault" in
+               text.split(":")[0] else "launch.backend" if "backend=" in text else "launch.device")
+        raise ValueError(f"{key}: strategy {strategy.name}: {text}") from None
+
+
 def who_can(capability: str) -> list[str]:
     """Lesson 10: the strategies whose function declares ``capability`` (e.g. "checkpoint", "horovod")."""
     return [s.name for s in STRATEGIES.values() if capability in (s.supports or ())]

@@ -144,7 +144,10 @@ def check_capabilities(fn, backend: str, device: str, options: dict | None = Non
     never calls the checkpointer would accept ``checkpoint=`` and silently save nothing, which a
     user finds out only after the crash it was meant to survive.  A function that declares no
     ``supports`` may run on any backend and device (its own ``validate_args`` decides), but is
-    given no checkpoints or faults: nothing says it honours them.
+    given no checkpoints or faults: nothing says it honours them.  A refused backend or device is
+    answered in well under a second (only ``fn`` is read); a refused checkpoint or fault also
+    names the strategies that take them, which reads every strategy's ``supports`` (importing
+    their modules: seconds the first time).
     """
     supports = getattr(fn, "supports", None)
     name = f"{getattr(fn, '__module__', '?').removeprefix('distlab.parallel.')}.{getattr(fn, '__name__', fn)}"
@@ -156,7 +159,7 @@ def check_capabilities(fn, backend: str, device: str, options: dict | None = Non
             if value in kind and value not in supports:
                 works = [k for k in kind if k in supports]
                 raise ValueError(f"{name} cannot run with {what}={value!r}: it runs on {what}="
-                                 f"{' or '.join(repr(w) for w in works) or 'nothing'} only ({_who_can(value)})")
+                                 f"{' or '.join(repr(w) for w in works) or 'nothing'} only")
     for what in ("checkpoint", "fault"):
         if (options or {}).get(what) is not None and what not in (supports or ()):
             verb = "takes no checkpoints" if what == "checkpoint" else "does not obey a fault"

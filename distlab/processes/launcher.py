@@ -99,11 +99,11 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
         world_size = 2
     options = {**options, **job_options(world_size, checkpoint, fault, tensorboard)}
     check_int("world_size", world_size)
-    chosen = backend_module(backend)
-    chosen.check_available()
     dev = choose_device(device, world_size)
     check_importable(fn)
-    check_capabilities(fn, backend, dev, options)      # issue 27: what fn.supports rules out
+    check_capabilities(fn, backend, dev, options)      # issue 27: what fn.supports rules out, before importing
+    chosen = backend_module(backend)                   # the backend (Horovod's import alone takes seconds)
+    chosen.check_available()
     bind_arguments(fn, world_size, kwargs, backend=backend, device=dev)
     if port is not None and backend == "horovod":
         raise ValueError("port= sets torchrun's rendezvous port; Horovod always picks a free "
