@@ -53,8 +53,10 @@ class Strategy:
 
     ``target`` is ``"module:function"`` under ``distlab.parallel`` (imported lazily);
     ``args`` maps the function's keywords to config fields; ``fixed`` are arguments a config
-    run always passes (``record_grads_at=()``: nothing to record in a long run); ``mesh``
-    marks strategies whose ``parallel.pipeline``/``parallel.tensor`` must fill the ranks.
+    run always passes (``record_grads_at=()``: nothing to record in a long run);
+    ``stages_are_ranks`` names the axis (``parallel.pipeline`` or ``parallel.tensor``) that is
+    one rank each, so a config may only set it to the world size; ``shares_batch``: whether
+    the global batch is cut among the ranks or the workers (checked to divide).
     """
 
     name: str
