@@ -66,3 +66,22 @@ def test_the_two_node_example_becomes_one_torchrun_line_per_node():
         assert f"--local-addr={hosts[node]}" in line and f"--rdzv-conf=is_host={int(node == 0)}" in line
     with pytest.raises(cfg.ConfigError, match="--node-rank 2 is not a node of this run"):
         run.command(config, 2)
+
+
+def test_gradient_accumulation_killed_between_two_updates_resumes_to_the_uninterrupted_run(tmp_path):
+    """local_sgd declares "checkpoint": its accumulated gradients travel in the checkpoint (average: gradients,
+    local_steps 4, a checkpoint every 5 steps falls between two updates)."""
+    from distlab import checkpoint
+
+    sets = ["training.steps=12", "parallel.average=gradients", f"logging.dir={tmp_path}", "checkpoint.every=5",
+            f"checkpoint.dir={tmp_path / 'ckpt'}"]
+    whole = distlab.launch(cfg.load(os.path.join(CONFIGS, "local_sgd.yaml"), sets[:3]), progress="none", warm=False)
+    killed = cfg.load(os.path.join(CONFIGS, "local_sgd.yaml"), [*sets, "fault.kind=kill", "fault.rank=1",
+                                                                 "fault.step=8"])
+    with pytest.raises(distlab.WorkerError, match="rank 1 failed: it was killed by SIGKILL"):
+        distlab.launch(killed, progress="none", warm=False)
+    assert [s for s, _ in checkpoint.complete_checkpoints(str(tmp_path / "ckpt"))] == [5]
+    resumed = distlab.launch(cfg.load(os.path.join(CONFIGS, "local_sgd.yaml"), sets), progress="none", warm=False)
+    assert [r.resumed_from for r in resumed] == [5, 5]
+    for mine, theirs in zip(resumed, whole):
+        assert distlab.max_param_difference(mine.params, theirs.params) == 0.0
