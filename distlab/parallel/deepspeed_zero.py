@@ -32,8 +32,8 @@ import torch.nn.functional as F
 
 from ..checkpoint import CheckpointError
 from ..comm.collectives import check_torchrun
-from ..measure.memory_held import held_bytes
 from .data_parallel import per_rank_batch
+from .deepspeed_state import Stage3Optimizer, full_params, held  # noqa: F401 (held: lesson 08)
 from .loop import OPTIMIZERS, Done, Run, Strategy, evaluate, train_steps
 from .zero import check_train as check_zero
 from .zero import start_sharded
@@ -254,56 +254,6 @@ class Engine(Strategy):
         record.memory = held(run.model, self.ds_optimizer)
         record.params = full_params(run.model, self.stage)
         record.test_accuracy = evaluate(self.engine, run.data.x_test.to(device), run.data.y_test.to(device))
-
-
-class Stage3Optimizer:
-    """Lesson 10: stage 3's inner optimizer, for a checkpoint to save and load.
-
-    Between steps DeepSpeed's stage 3 empties its inner optimizer's list of parameters (the fp32
-    shards are put in only for the update), but the optimizer's state is keyed by them: so for
-    the moment of saving or loading they are put back (DeepSpeed's own two methods for it).
-    """
-
-    def __init__(self, zero3):
-        self.zero3 = zero3
-
-    @property
-    def state(self):
-        return self.zero3.optimizer.state
-
-    def state_dict(self) -> dict:
-        self.zero3._set_fp32_optimizer_param_groups()
-        try:
-            return self.zero3.optimizer.state_dict()
-        finally:
-            self.zero3._clear_fp32_optimizer_param_groups()
-
-    def load_state_dict(self, saved: dict) -> None:
-        self.zero3._set_fp32_optimizer_param_groups()
-        try:
-            self.zero3.optimizer.load_state_dict(saved)
-        finally:
-            self.zero3._clear_fp32_optimizer_param_groups()
-
-
-def held(model, ds_optimizer) -> dict[str, int]:
-    """Lesson 08: bytes held, by category: the model's parameters (stage 3: their shards,
-    ``ds_tensor``), and as optimizer state the inner optimizer's moments *and* the fp32 copy
-    of this rank's shard that DeepSpeed's ZeRO updates (it keeps one even when training in fp32)."""
-    inner = getattr(ds_optimizer, "optimizer", ds_optimizer)
-    shards = [p.ds_tensor for p in model.parameters() if hasattr(p, "ds_tensor")]
-    return held_bytes(model, inner, more_params=shards)
-
-
-def full_params(model, stage: int) -> dict:
-    """The whole parameters on every rank (stage 3 gathers its shards for the moment)."""
-    if stage < 3:
-        return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
-    import deepspeed
-
-    params = list(model.parameters())
-    with deepspeed.zero.GatheredParameters(params):
-        return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
 
 
 def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", gradient_clipping: float = 0.0,
