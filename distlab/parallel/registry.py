@@ -181,7 +181,8 @@ def check_supports(strategy: Strategy, backend: str, device: str, *, checkpoint:
 
     try:
         check_capabilities(strategy.fn, backend, device if device != "auto" else None,
-                           {"checkpoint": {} if checkpoint else None, "fault": {} if fault else None})
+                           {"checkpoint": {} if checkpoint else None, "fault": {} if fault else None},
+                           who_can=who_can)
     except ValueError as err:
         text = str(err)
         key = ("checkpoint.every" if "checkpoint" in text.split(":")[0] else "fault.kind" if "fault" in

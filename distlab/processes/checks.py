@@ -136,7 +136,7 @@ def bind_arguments(fn, world_size: int, kwargs: dict, *, backend: str = "torchru
 CAPABILITIES = ("torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault")
 
 
-def check_capabilities(fn, backend: str, device: str, options: dict | None = None) -> None:
+def check_capabilities(fn, backend: str, device: str, options: dict | None = None, who_can=None) -> None:
     """Issue 27 (lessons 02 and 10): refuse what ``fn.supports`` says the function cannot do.
 
     Why before any process starts: a strategy that cannot run on Horovod (no send/recv there)
@@ -163,14 +163,10 @@ def check_capabilities(fn, backend: str, device: str, options: dict | None = Non
     for what in ("checkpoint", "fault"):
         if (options or {}).get(what) is not None and what not in (supports or ()):
             verb = "takes no checkpoints" if what == "checkpoint" else "does not obey a fault"
-            raise ValueError(f"{name} {verb}: {what}= would be silently ignored ({_who_can(what)})")
-
-
-def _who_can(capability: str) -> str:
-    from ..parallel.registry import who_can
-
-    names = who_can(capability)
-    return f"strategies that can: {', '.join(names)}" if names else "no strategy can"
+            names = who_can(what) if who_can is not None else None
+            hint = (f" (strategies that can: {', '.join(names)})" if names else
+                    " (no strategy can)" if names is not None else "")
+            raise ValueError(f"{name} {verb}: {what}= would be silently ignored{hint}")
 
 
 def _accepted_by(fn, arguments: dict) -> dict:

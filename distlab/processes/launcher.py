@@ -101,7 +101,9 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
     check_int("world_size", world_size)
     dev = choose_device(device, world_size)
     check_importable(fn)
-    check_capabilities(fn, backend, dev, options)      # issue 27: what fn.supports rules out, before importing
+    from ..parallel.registry import who_can           # the strategies a refusal names instead
+
+    check_capabilities(fn, backend, dev, options, who_can=who_can)   # issue 27: what fn.supports rules out
     chosen = backend_module(backend)                   # the backend (Horovod's import alone takes seconds)
     chosen.check_available()
     bind_arguments(fn, world_size, kwargs, backend=backend, device=dev)
