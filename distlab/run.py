@@ -29,7 +29,6 @@ import time
 import psutil
 
 from .config import ConfigError, RunConfig
-from .processes.checks import bind_arguments
 from .processes.progress import ProgressReader, describe
 
 
@@ -158,11 +157,7 @@ def run(config: RunConfig, node_rank: int = 0, stream=None) -> int:
         print(f"node {node_rank}: nothing to start here: horovodrun, on the first node, starts every rank",
               file=stream)
         return 0
-    fn, kwargs = config.call()
-    try:                                    # what the notebook launcher checks, before any process starts
-        bind_arguments(fn, config.launch.world_size, kwargs)
-    except ValueError as err:
-        raise ConfigError(f"this run cannot start: {err}") from None
+    config.check_call()                     # what the notebook launcher checks, before any process starts
     cmd, extra_env = command(config, node_rank)
     folder = prepare(config)
     log_path = os.path.join(folder, f"launcher_node{node_rank}.log")
