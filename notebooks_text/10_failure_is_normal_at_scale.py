@@ -231,7 +231,7 @@ except checkpoint.CheckpointError as err:
 # A notebook launch has no restarts: when a rank fails, `distlab.launch` stops every rank, checks
 # that none is left, and raises `WorkerError` naming the rank. With checkpoints, the next launch
 # simply carries on. `fault=` breaks a rank on purpose (as chaos tests do on real clusters):
-# here rank 1 raises in the middle of step 12.
+# here rank 1 raises as it begins step 12, while rank 0 waits for it in that step's all-reduce.
 
 # %%
 saves = {"dir": os.path.join(WORK, "notebook_ckpt"), "every": 5}
