@@ -13,7 +13,8 @@ import distlab
 from distlab import checkpoint
 from distlab import config as cfg
 from distlab import run as runs
-from distlab.parallel import data_parallel, deepspeed_zero, fsdp, pipeline, torch_pipeline, zero
+from distlab.parallel import (data_parallel, deepspeed_zero, fsdp, local_sgd, mesh, pipeline, registry,
+                              tensor_parallel, torch_pipeline, zero)
 from distlab.processes.worker import Worker
 
 ADAM = dict(optimizer="adam", lr=0.01, global_batch_size=64)
@@ -29,12 +30,15 @@ RUNS = {   # a run of each kind that keeps state a checkpoint must carry
                                                                    schedule="1f1b")),
     "deepspeed2-adam": ("torchrun", deepspeed_zero.train, dict(stage=2, **ADAM)),   # fp32 master copy of a shard
     "deepspeed3-adam": ("torchrun", deepspeed_zero.train, dict(stage=3, **ADAM)),   # and the parameters' shards
+    "tensor": ("torchrun", tensor_parallel.train, dict(global_batch_size=64)),       # each rank's slices
+    "3d-data-x-tensor": ("torchrun", mesh.train, dict(data=1, pipeline=1, tensor=2, global_batch_size=64)),
 }
+# local SGD's kill and resume (its accumulated gradients in the checkpoint) is tests/test_configs.py's
+ELSEWHERE = {local_sgd.train: "tests/test_configs.py::test_gradient_accumulation_killed_between_two_updates_"
+                              "resumes_to_the_uninterrupted_run"}
 IDS = [pytest.param(k, marks=pytest.mark.horovod) if "horovod" in k else k for k in RUNS]
 
 
-def params_of(fn, records):
-    return pipeline.merge_params(records) if fn in (pipeline.train, torch_pipeline.train) else records[0].params
 
 
 @pytest.mark.parametrize("name", IDS)
@@ -49,9 +53,28 @@ def test_killed_mid_run_then_resumed_equals_the_uninterrupted_run(tmp_path, name
     resumed = distlab.launch(fn, 2, checkpoint=keep, **common)
     assert [r.resumed_from for r in resumed] == [15, 15]
     assert [len(r.steps) for r in resumed] == [15, 15]
-    difference = distlab.max_param_difference(params_of(fn, whole), params_of(fn, resumed))
+    # rank by rank: each holds its own share (a pipeline stage, a tensor slice, a ZeRO shard's result)
+    difference = max(distlab.max_param_difference(a.params, b.params) for a, b in zip(whole, resumed))
     print(f"\nRESUME {name}: max |resumed - uninterrupted| = {difference:.3g}")
     assert difference <= 1e-6
+
+
+def test_every_strategy_of_the_registry_resumes_or_is_refused(tmp_path):
+    """Issue 27: every strategy a config can name either takes checkpoints (its function declares
+    "checkpoint", and its kill-and-resume run is above or in ELSEWHERE), or ``launch`` refuses
+    ``checkpoint=`` for it before any process starts, saying so: never a setting silently ignored."""
+    covered = {fn: name for name, (_, fn, _) in RUNS.items()} | ELSEWHERE
+    keep = {"dir": str(tmp_path / "ckpt"), "every": 5}
+    refused = []
+    for s in registry.STRATEGIES.values():
+        if "checkpoint" in (s.supports or ()):
+            assert s.fn in covered, f"strategy {s.name} declares checkpoints but no test kills and resumes it"
+        else:
+            with pytest.raises(ValueError, match="takes no checkpoints"):
+                distlab.launch(s.fn, 2, checkpoint=keep, progress="none", warm=False)
+            refused.append(s.name)
+    assert not os.path.exists(keep["dir"])                # nothing started, nothing written
+    print(f"\nresumed by a test: {sorted(registry.STRATEGIES.keys() - set(refused))}; refused: {refused}")
 
 
 def test_each_zero_rank_saves_only_its_own_share_of_the_optimizer(tmp_path):
