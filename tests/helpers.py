@@ -43,8 +43,26 @@ def alive(pids):
 
 
 def children():
-    """The pids of every process this test process started, however deep."""
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+    """The pids of every process this test process started, however deep.
+
+    Not the simulated Binder's (tests/binder_course.py): its build, its JupyterLab and headless
+    Chromium, its nbval runs start and stop processes in background threads while the other tests
+    run, and are not theirs to account for.  Each of those is a direct child whose command names
+    the build's folder, its network namespace, Playwright or binder/postBuild; its whole subtree is
+    left out.
+    """
+    course = sys.modules["binder_course"].current() if "binder_course" in sys.modules else None
+    markers = [str(course.dest), "dlbinder-", "playwright", "binder/postBuild"] if course is not None else []
+    found = set()
+    for child in psutil.Process().children():
+        try:
+            command = " ".join(child.cmdline())
+            below = {p.pid for p in child.children(recursive=True)}
+        except psutil.Error:
+            continue
+        if not any(m in command for m in markers):
+            found |= {child.pid} | below
+    return found
 
 
 def read_pids(pid_dir):
