@@ -25,7 +25,7 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
-from helpers import BINDER_RUN, ROOT, record_execution
+from helpers import BINDER_RUN, ROOT, mark, record_execution
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import binder_sim  # noqa: E402
@@ -106,8 +106,10 @@ class BackgroundCourse:
         t.start()
 
     def _build(self) -> None:
+        mark("binder build begins")
         try:
             env = (binder_sim.reuse(self.dest) if self.reuse else binder_sim.build(self.dest, log=lambda s: None))
+            mark("binder build ends")
         except BaseException as err:          # every lesson's test reports the failed build
             self.built.set_exception(err)
             for f in self.results.values():
@@ -145,11 +147,13 @@ class BackgroundCourse:
             except queue.Empty:
                 return
             record_execution(lesson, BINDER_RUN)
+            mark(f"{lesson} (nbval) begins")
             try:
                 self.results[lesson].set_result(
                     binder_sim.run_lesson(env, Path(lesson), self.limits, stop=self._stop))
             except BaseException as err:
                 self.results[lesson].set_exception(err)
+            mark(f"{lesson} (nbval) ends")
         while True:                              # stopped: what never ran says so
             try:
                 lesson = self._todo.get_nowait()

@@ -41,13 +41,17 @@ def warm_ranks():
 
 
 def pytest_runtest_setup(item):
-    """A notebook collected by nbval (``pytest --nbval notebooks``) runs once, from its first cell."""
+    """A notebook collected by nbval (``pytest --nbval notebooks``) runs once, from its first cell.
+    The first test that waits for the simulated Binder marks the end of the foreground's own tests."""
+    if _needs_binder(item) and not any(what == FOREGROUND_DONE for _, what in helpers.TIMELINE):
+        helpers.mark(FOREGROUND_DONE)
     if type(item).__name__ == "IPyNbCell" and item.parent not in _nbval_files:
         _nbval_files.add(item.parent)
         helpers.record_execution(str(item.parent.path), helpers.NBVAL_RUN)
 
 
 BINDER_FIXTURES = {"binder_env", "binder_course_run"}
+FOREGROUND_DONE = "the tests that need no Binder are done; the rest wait for it"
 BROWSER_TEST = "test_notebook_runs_and_its_widgets_work"
 
 
@@ -114,6 +118,10 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{name}: {len(hows)} ({', '.join(hows)})")
         for name, hows in helpers.executed_too_often(runs).items():
             terminalreporter.write_line(f"FAILED: {name} ran {len(hows)} times in this session", red=True)
+    if helpers.TIMELINE:
+        terminalreporter.section("background timeline (seconds into the session)")
+        for t, what in helpers.TIMELINE:
+            terminalreporter.write_line(f"{t:6.0f}  {what}")
     module = sys.modules.get("binder_course")
     if module is not None and module.REPORT:
         terminalreporter.section("binder simulation")

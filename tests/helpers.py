@@ -18,6 +18,15 @@ BINDER_RUN, BROWSER_RUN, NBVAL_RUN = ("nbval under Binder's limits",
                                      "Run All in the browser under Binder's limits, compared as nbval does", "nbval")
 
 
+SESSION_T0 = time.time()
+TIMELINE: list = []       # (seconds into the session, what began or ended in the background)
+
+
+def mark(what: str) -> None:
+    """Note when a background run began or ended (the summary's timeline shows what the session waited for)."""
+    TIMELINE.append((time.time() - SESSION_T0, what))
+
+
 def record_execution(notebook, how: str) -> None:
     """Count one run of a lesson or solutions notebook in this test session (conftest.py reports it)."""
     path = os.path.abspath(os.path.join(ROOT, notebook))

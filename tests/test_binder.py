@@ -76,6 +76,21 @@ def test_without_the_cpu_index_only_its_line_is_dropped():
     assert "cannot be reached" in note
 
 
+def test_the_binder_processes_inherit_nothing_from_the_test_process(monkeypatch, tmp_path):
+    """A fresh container has none of what the test process picked up: a test that called
+    deepspeed_zero.available() set TORCH_EXTENSIONS_DIR to *this* environment's folder, and the Binder
+    kernel that inherited it compiled DeepSpeed's op there again, inside Binder's memory limit (CI run of
+    24e4d42: lesson 08 killed by the OOM killer mid-compile, and the lock it left hung `make lab`)."""
+    ours = os.path.join(sys.prefix, "bin")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "5")
+    monkeypatch.setenv("PATH", ours + os.pathsep + "/usr/bin")
+    env = binder_sim.BinderEnv(repo=tmp_path / "repo", venv=tmp_path / "env").environ()
+    assert not {"TORCH_EXTENSIONS_DIR", "DS_ACCELERATOR", "HOROVOD_GLOO_TIMEOUT_SECONDS"} & set(env)
+    assert env["PATH"].split(os.pathsep) == [str(tmp_path / "env" / "bin"), "/usr/bin"]
+
+
 def test_the_course_is_every_lesson_and_solution():
     names = [p.relative_to(ROOT).as_posix() for p in binder_sim.lessons()]
     assert names[0] == "notebooks/00_welcome.ipynb"

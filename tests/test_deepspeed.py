@@ -7,6 +7,9 @@ clipping turned off (on, it departs from the 4th step of this model on); each ra
 must hold what the memory model predicts, with one difference the model is told about:
 DeepSpeed's ZeRO-1 and 2 keep an fp32 copy of the rank's shard even when training in fp32.
 """
+import os
+import time
+
 import pytest
 import workers
 
@@ -26,6 +29,18 @@ MOMENTUM = dict(SETTINGS, optimizer="momentum")
 
 def test_deepspeed_is_installed_here():
     assert D.available() is None, D.available()
+
+
+def test_a_compile_lock_left_by_a_killed_compiler_is_removed_and_a_live_one_kept(tmp_path):
+    """torch waits forever on its compile lock; a compiler killed halfway leaves it (CI run of 24e4d42:
+    an out-of-memory kill mid-compile, then `make lab` hung in install_deepspeed.sh)."""
+    old, live = tmp_path / "py311_cpu" / "old_op" / "lock", tmp_path / "py311_cpu" / "busy_op" / "lock"
+    for lock in (old, live):
+        lock.parent.mkdir(parents=True)
+        lock.touch()
+    os.utime(old, (time.time() - 2 * D.STALE_LOCK_S,) * 2)
+    assert D.clear_stale_locks(str(tmp_path)) == [str(old)]
+    assert not old.exists() and live.exists()
 
 
 @pytest.fixture(scope="module")

@@ -530,11 +530,28 @@ class BinderEnv:
         return self.venv / "bin" / "python"
 
     def environ(self) -> dict:
-        """What repo2docker's image gives a process: the environment first on PATH, home at the repository."""
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
-        env.update(PATH=f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(self.venv),
+        """What repo2docker's image gives a process: the environment first on PATH, home at the repository.
+
+        Nothing the calling process picked up on the way comes along: its own environment's folder on
+        PATH, or what distlab, torch and the launchers set in it (a test that called
+        ``deepspeed_zero.available()`` has ``TORCH_EXTENSIONS_DIR`` pointing into *its* environment; a
+        Binder kernel that inherited it compiled DeepSpeed's op there again, inside Binder's memory limit,
+        and the compiler was killed halfway, leaving torch's build lock behind).
+        """
+        env = {k: v for k, v in os.environ.items()
+               if k not in INHERITED_NOT and not k.startswith(INHERITED_NOT_PREFIXES)}
+        ours = os.path.join(sys.prefix, "bin")
+        path = [p for p in env.get("PATH", "").split(os.pathsep) if p and os.path.abspath(p) != ours]
+        env.update(PATH=os.pathsep.join([str(self.venv / "bin"), *path]), VIRTUAL_ENV=str(self.venv),
                    REPO_DIR=str(self.repo), PYTHONNOUSERSITE="1")
         return env
+
+
+# what a fresh container would not have: the caller's environment and what distributed runs set in it
+INHERITED_NOT = {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                 "LOCAL_WORLD_SIZE", "GROUP_RANK"}
+INHERITED_NOT_PREFIXES = ("TORCH_", "TORCHELASTIC_", "DS_", "HOROVOD_", "MASTER_", "OMP_", "MKL_",
+                          "NCCL_", "GLOO_", "PYTEST_")
 
 
 def _run(cmd, log, **kw):

@@ -21,6 +21,7 @@ installed is said plainly (``available``).
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import sys
@@ -107,11 +108,34 @@ def available() -> str | None:
     here = os.path.dirname(sys.executable)
     if os.environ.get("PATH", "").split(os.pathsep)[0] != here:
         os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+    clear_stale_locks(os.environ["TORCH_EXTENSIONS_DIR"])
     try:
         import deepspeed  # noqa: F401
     except Exception as err:                      # ImportError, or its own set-up failing
         return f"DeepSpeed does not import: {type(err).__name__}: {err}".splitlines()[0]
     return None
+
+
+STALE_LOCK_S = 900
+
+
+def clear_stale_locks(folder: str, older_than_s: float = STALE_LOCK_S) -> list[str]:
+    """Lesson 08: remove compile locks that a killed compiler left behind; returns them.
+
+    torch guards a compile with a bare ``lock`` file and waits, forever, while it exists.  A compiler
+    killed halfway (an interrupted first job, the out-of-memory killer) never removes it, and every
+    later DeepSpeed job on the machine would hang.  The compile takes about a minute, so a lock older
+    than fifteen minutes is a leftover.
+    """
+    removed = []
+    for lock in glob.glob(os.path.join(folder, "*", "*", "lock")):
+        age = time.time() - os.path.getmtime(lock)
+        if age > older_than_s:
+            os.remove(lock)
+            removed.append(lock)
+            print(f"distlab: removed {lock}, left {age / 60:.0f} min ago by a compile that was killed",
+                  file=sys.stderr)
+    return removed
 
 
 def prebuild() -> str:

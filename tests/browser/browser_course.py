@@ -31,7 +31,7 @@ from pathlib import Path
 
 from browser_checks import check_lesson, new_page
 from browser_lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, LabServer
-from helpers import BROWSER_RUN, ROOT, record_execution
+from helpers import BROWSER_RUN, ROOT, mark, record_execution
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import binder_sim  # noqa: E402
@@ -80,10 +80,12 @@ class BrowserCourse:
                                 if stop.is_set():
                                     raise RuntimeError("the test session ended before it ran")
                                 record_execution(self.source / notebook, BROWSER_RUN)
+                                mark(f"{notebook} (browser) begins")
                                 try:
                                     self.results[notebook].set_result(self._one(browser, server, notebook))
                                 except BaseException as err:
                                     self.results[notebook].set_exception(err)
+                                mark(f"{notebook} (browser) ends")
                         finally:
                             browser.close()
                 finally:
