@@ -1,8 +1,8 @@
-"""Lesson 09: the run config (distlab/config.py): read, checked, saved, and turned into a training call."""
+"""Lesson 09: the run config (distlab/cluster/config.py): read, checked, saved, and turned into a training call."""
 import pytest
 
-from distlab import config as cfg
-from distlab.config import ConfigError, RunConfig
+from distlab.cluster import config as cfg
+from distlab.cluster.config import ConfigError, RunConfig
 from distlab.parallel import data_parallel, fsdp, mesh, pipeline, zero
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)

@@ -10,4 +10,8 @@
 - ``horovod_backend`` Horovod behind the same interface (lesson 02); ``horovod_driver`` starts it
 - ``progress``        a progress bar per rank (widgets in a notebook, lines in a terminal)
 - ``cores``           a core of its own for each CPU rank, and when not to (lesson 02)
+- ``horovod_worker``  Horovod's collectives behind ``Worker``, in groups (process sets) (lesson 07)
+- ``torchrun_local``, ``horovodrun_local``   the two launchers, listening on 127.0.0.1 only
+- ``config_rank``     one rank of a run config's training, what every scheduler starts (lesson 09)
+- ``vertex_node``     one node of a Vertex AI custom job, from ``CLUSTER_SPEC`` (lesson 09)
 """

@@ -32,7 +32,7 @@ from .worker import DEFAULT_TIMEOUT, backend_module, choose_device
 
 def is_run_config(fn) -> bool:
     """Lesson 09: ``launch``'s first argument is a run config (or its file), not a function."""
-    from ..config import RunConfig
+    from ..cluster.config import RunConfig
 
     return isinstance(fn, RunConfig) or (isinstance(fn, (str, os.PathLike))
                                          and str(fn).endswith((".yaml", ".yml", ".toml")))
@@ -40,7 +40,7 @@ def is_run_config(fn) -> bool:
 
 def _from_config(config, world_size, kwargs):
     """What ``launch(config)`` runs: the config's training call, on its ranks."""
-    from ..config import RunConfig, load
+    from ..cluster.config import RunConfig, load
 
     if not isinstance(config, RunConfig):
         config = load(os.fspath(config))
@@ -163,8 +163,8 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
 
 def job_options(world_size: int, checkpoint, fault, tensorboard) -> dict:
     """Lesson 10: ``launch``'s checkpoint, fault and TensorBoard settings, checked, as the ranks take them."""
-    from ..checkpoint import check_settings
-    from ..faults import check_fault
+    from ..long_runs.checkpoint import check_settings
+    from ..long_runs.faults import check_fault
 
     options = {}
     if checkpoint is not None:

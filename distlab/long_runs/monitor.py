@@ -1,7 +1,7 @@
 """Watching a long job from outside: what each rank's metrics file says, read while it grows.
 
 Introduced in lesson 10 (failure is normal at scale).  The ranks append one JSON line per event
-to ``metrics_<rank>.jsonl`` (``distlab.metrics``); ``RunMonitor`` reads those files from another
+to ``metrics_<rank>.jsonl`` (``distlab.long_runs.metrics``); ``RunMonitor`` reads those files from another
 process (``distlab monitor RUN_DIR``, the monitor widget) and never talks to the job, so watching
 cannot slow it down or break it.  ``poll()`` reads only the complete lines appended since the
 last call; ``status()`` makes a ``JobStatus`` of them: per rank its step, loss, throughput,

@@ -29,7 +29,7 @@ import time
 import psutil
 
 from .config import ConfigError, RunConfig
-from .processes.progress import ProgressReader, describe
+from ..processes.progress import ProgressReader, describe
 
 
 def run_dir(config: RunConfig) -> str:
@@ -95,7 +95,7 @@ def horovodrun_command(config: RunConfig) -> tuple[list[str], dict]:
 
     On one node it is horovodrun through ``processes/horovodrun_local.py``, whose servers listen
     on 127.0.0.1 only (no other machine needs to reach them; that file says why it matters)."""
-    from .processes.horovod_backend import LOOPBACK
+    from ..processes.horovod_backend import LOOPBACK
 
     launch = config.launch
     if launch.nodes == 1:
@@ -255,7 +255,7 @@ def _failures(errors: list[dict], log: str, first_rank: int) -> list[str]:
 
 def _restarts(folder: str) -> int:
     """How many times the ranks on this node were restarted, as their metrics files say (``monitor``)."""
-    from .monitor import RunMonitor
+    from ..long_runs.monitor import RunMonitor
 
     monitor = RunMonitor(folder)
     monitor.poll()
