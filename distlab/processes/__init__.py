@@ -4,6 +4,7 @@
 - ``pool``            warm ranks that stay up between launches (lesson 00)
 - ``checks``          everything checked before a process starts (arguments against the signature)
 - ``jobs``            a running job: poll it, read who failed, stop it with nothing left behind
+- ``diagnosis``       who broke a job and how: the one diagnosis for launch, ``distlab run`` and the monitor (lesson 10)
 - ``rank``            the program each rank runs (joins once, then runs job after job)
 - ``worker``          the ``Worker`` interface every training function receives
 - ``torch_backend``   torchrun and torch.distributed behind that interface (lesson 01)
