@@ -3,18 +3,23 @@
 The package is laid out by role; every module names the lesson that introduces it:
 
 - ``data``, ``models``, ``records``   the digits and their partitions, the MLP and CNN, and the
-                                      plain records every run returns (lesson 01)
+                                      plain records every run returns (lesson 01); ``datasets``
+                                      and ``distorted``: more handwriting from the same digits (lesson 05)
 - ``processes/``  starting ranks and the backends they talk through: ``launch``, warm ranks
                   (``shutdown`` retires them, lesson 00), the ``Worker`` interface, torchrun
                   (lesson 01) and Horovod (lesson 02)
 - ``parallel/``   what the ranks do: one training loop and the strategies that plug into it
-                  (data parallelism, lesson 01; local and asynchronous SGD, lesson 04)
+                  (data parallelism, lesson 01; local and asynchronous SGD, lesson 04; pipelines,
+                  lesson 06; tensor parallelism and the named mesh, lesson 07; ZeRO, lesson 08),
+                  and the registry a run config reads its strategies from
 - ``comm/``       hand-written all-reduces and the alpha-beta model of their cost (lesson 03)
 - ``measure/``    speedup measured on real ranks, and the models that explain it (lesson 05)
-- ``metrics``, ``monitor``, ``checkpoint``, ``faults``, ``horovod_timeline``   long jobs
-                  (lesson 10): what every rank writes down each step (and, when asked, to
+- ``cluster/``    one run config and what carries it to a cluster: ``distlab run``, job files for
+                  Azure ML, SLURM, Kubernetes and Vertex AI, two "nodes" on one machine (lesson 09)
+- ``long_runs/``  long jobs (lesson 10): what every rank writes down each step (and, when asked, to
                   TensorBoard), watching those files from outside, saving and resuming every
                   rank's state, failing on purpose, and Horovod's own timeline of its collectives
+- ``course/``     the exercises' checkers and the learner's stored results (lessons 00-11)
 - ``widgets/``    the lessons' pictures, drawn only from records
 - ``doctor``, ``cli``   what this machine can do (lesson 00), and ``distlab`` in a terminal
 """

@@ -36,7 +36,7 @@ def strategies_help() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .monitor import STALL_SECONDS
+    from .long_runs.monitor import STALL_SECONDS
 
     parser = argparse.ArgumentParser(prog="distlab", description="Distributed training you can run and watch.",
                                      epilog=EXAMPLE + "\n" + strategies_help(),
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .config import ConfigError
+    from .cluster.config import ConfigError
 
     try:
         return COMMANDS[args.command](args)
@@ -112,13 +112,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _load(args):
-    from .config import load
+    from .cluster.config import load
 
     return load(args.config, args.overrides)
 
 
 def cmd_run(args) -> int:
-    from . import run
+    from .cluster import run
 
     config = _load(args)
     config.check_call()                 # what launch checks, before torchrun starts anything
@@ -141,8 +141,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_job(args) -> int:
-    from . import job_files
-    from .config import ConfigError
+    from .cluster import job_files
+    from .cluster.config import ConfigError
 
     if args.target not in job_files.TARGETS:
         raise ConfigError(f"no job target {args.target!r}: choose one of {', '.join(job_files.TARGETS)}")
@@ -171,8 +171,8 @@ def cmd_job(args) -> int:
 def cmd_monitor(args) -> int:
     import time
 
-    from .config import ConfigError
-    from .monitor import RunMonitor, describe
+    from .cluster.config import ConfigError
+    from .long_runs.monitor import RunMonitor, describe
 
     monitor = RunMonitor(args.run_dir, stall_seconds=args.stall_seconds)
     deadline = time.time() + args.wait
@@ -207,7 +207,7 @@ def bench_dir() -> str:
 
 
 def cmd_bench(args) -> int:
-    from .config import ConfigError
+    from .cluster.config import ConfigError
 
     folder = bench_dir()
     if not os.path.isdir(folder):

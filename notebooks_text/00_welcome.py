@@ -123,7 +123,7 @@ show(digits_figure(digits))
 # with your answer and run the cell; `exercises.digits_per_rank` says whether it is right.
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 my_answer = ...   # digits each of the 2 ranks trains on
 
@@ -165,7 +165,7 @@ assert shards == [-(-digits.n_train // 2)] * 2
 # %% [markdown]
 # Each lesson starts with its goal, runs real jobs, shows them with widgets (sliders and
 # drop-downs that redraw pictures of what was recorded), and ends with exercises. An exercise
-# cell holds `...` where your answer goes; a checker from `distlab.exercises` says "not
+# cell holds `...` where your answer goes; a checker from `distlab.course.exercises` says "not
 # answered yet" until you replace it, explains what is wrong with a wrong answer, and confirms a
 # right one. The library code the lessons use is in `distlab/`, one idea per
 # module, each function naming the lesson that introduces it. The answers are in

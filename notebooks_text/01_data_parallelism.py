@@ -164,7 +164,7 @@ assert max(accuracies) - min(accuracies) <= 1 / len(digits.y_test)   # at most o
 
 
 # %%
-from distlab import course_results
+from distlab.course import results as course_results
 
 # lesson 11 ends the course on what you measured: keep it
 course_results.remember("01", world_size=N, max_param_difference=distlab.max_param_difference(by_hand[0].params,
@@ -249,7 +249,7 @@ show(fig)
 # `by_hand[r].grads[50]["out.weight"]["local"]`).
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 my_average = ...   # a tensor of the shape of out.weight
 

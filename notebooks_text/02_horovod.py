@@ -290,7 +290,7 @@ for records in all_runs:
 # there are **4** ranks? (Lesson 03 opens the ring; the gradient is cut into 4 chunks.)
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 from distlab.models import build_model
 
 model = build_model("mlp", config["width"])

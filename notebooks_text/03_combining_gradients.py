@@ -114,7 +114,7 @@ show(pictures.traffic_figure(traces))
 # expression and run the cell.
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 my_answer = ...   # bytes each rank of a 4-rank ring sends for 1,000,000 float32 numbers
 
@@ -153,7 +153,7 @@ link = cost_model.fit_link(measured["ping_pong"], measured["add"])
 print(link)
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 identical = ...   # a set of algorithm names, e.g. {"naive", "ring"}
 

@@ -118,7 +118,7 @@ print("the fast rank waits for the slow one at every all-reduce, and the job slo
 
 
 # %%
-from distlab import course_results
+from distlab.course import results as course_results
 
 course_results.remember("04", straggler_seconds=DELAY,                 # for lesson 11
                         extra_wait_of_rank_0=float(typical_slow[0] - typical_plain[0]),
@@ -307,7 +307,7 @@ print("  verdict:", same_size["verdict"])
 # parameters? Replace the `...` with your answer; the cell checks it against the record.
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 my_answer = ...     # all-reduces of each rank in the k = 16 run
 

@@ -118,7 +118,7 @@ for name in REGIMES:
 
 
 # %%
-from distlab import course_results
+from distlab.course import results as course_results
 
 ranges = {name: [r["speedup_lo"], r["speedup_hi"]] for name, cfg in REGIMES.items() for r in table
           if r["world_size"] == 2 and speedup.config_key(r) == speedup.config_key(dict(cfg, scaling="strong"))}
@@ -414,7 +414,7 @@ for name, r in (("worst", worst), ("best", best)):
 # (a 64-sample global batch split 8 ways).
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 n_bytes = speedup.gradient_bytes("mlp", 64)
 answer = ...     # <- your formula, in seconds, using alpha, beta and n_bytes
@@ -453,7 +453,7 @@ import statistics
 
 import torch
 
-from distlab import course_results
+from distlab.course import results as course_results
 from distlab.distorted import DistortedDigits
 from distlab.measure import more_data
 from distlab.widgets import more_data as data_pictures
@@ -572,7 +572,7 @@ course_results.remember("05", more_data={                                       
 # sizes, e.g. `[300]`.
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 answer = ...     # <- a list of sizes
 more_data.exercise_sets_read(answer, SIZES, STEPS, BATCH)

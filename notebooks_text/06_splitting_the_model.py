@@ -290,7 +290,7 @@ print(f"sent per step: {sent[0] / 1e3:.0f} kB of activations by stage 0, {sent[1
 # of its time is each stage idle? (A fraction such as 0.25, not a percentage.)
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 my_bubble = ...     # idle fraction for p = 4 stages, m = 8 micro-batches
 

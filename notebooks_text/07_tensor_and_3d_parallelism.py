@@ -234,7 +234,7 @@ print("data parallelism sends the most at this batch:", sent["data parallel"] ==
 # training step for a batch of 64 samples and a width of 512 (float32)?
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 my_bytes = ...       # bytes per step, batch 64, width 512
 

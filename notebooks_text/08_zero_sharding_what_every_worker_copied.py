@@ -130,7 +130,7 @@ for stage in memory_model.STAGES:
 
 
 # %%
-from distlab import course_results
+from distlab.course import results as course_results
 
 course_results.remember("08", world_size=2, parameters=params,          # for lesson 11
                         bytes_held_by_rank_0={stage: sum(runs[0][stage].memory.values())
@@ -337,7 +337,7 @@ if deepspeed_zero.available() is None:
 # with Adam in fp32 at ZeRO stage 2?
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 
 my_bytes = ...       # bytes per rank: parameters + gradients + optimizer state
 

@@ -30,8 +30,8 @@ import time
 import yaml
 
 import distlab
-from distlab import config as run_config
-from distlab import fake_nodes, job_files, run
+from distlab.cluster import config as run_config
+from distlab.cluster import fake_nodes, job_files, run
 from distlab.parallel import data_parallel
 
 WORK = tempfile.mkdtemp(prefix="distlab-lesson09-")      # this lesson's configs and run folders
@@ -138,7 +138,7 @@ for node in (0, 1):
 #
 # Two **network namespaces** are two network stacks on one machine, each with its own
 # interfaces and addresses; a **veth pair** is a cable between them. A process started in one can
-# reach the other only over that cable, as on two machines (`distlab.fake_nodes`; it needs root,
+# reach the other only over that cable, as on two machines (`distlab.cluster.fake_nodes`; it needs root,
 # which a Binder session does not give). Each "node" runs its torchrun line of section 3; the result must be
 # exactly the one-node result: the same ranks, the same data, the same sums.
 #
@@ -347,7 +347,7 @@ print(yaml.safe_dump(job["spec"], sort_keys=False)[:900])
 # that joined as node 2 get?
 
 # %%
-from distlab import exercises_cluster as exercises
+from distlab.course import exercises_cluster as exercises
 
 my_rank = ...       # a whole number
 

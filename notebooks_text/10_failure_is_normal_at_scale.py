@@ -27,8 +27,10 @@ import tempfile
 import time
 
 import distlab
-from distlab import checkpoint, exercises_failure, horovod_timeline, run
-from distlab import config as run_config
+from distlab.long_runs import checkpoint, horovod_timeline
+from distlab.course import exercises_failure
+from distlab.cluster import run
+from distlab.cluster import config as run_config
 from distlab.parallel import data_parallel, horovod_elastic
 from distlab.widgets.display import show
 from distlab.widgets.horovod import timeline_figure
@@ -176,7 +178,7 @@ assert difference <= 1e-6
 print(f"largest difference: {difference:.3g}")   # 0 here: the same sums in the same order
 
 # %%
-from distlab import course_results
+from distlab.course import results as course_results
 
 course_results.remember("10", steps_redone=rank1.lost_steps, resumed_from=resumed_from, reached=reached,
                         seconds_to_restart=back, largest_difference=difference)   # for lesson 11

@@ -7,7 +7,7 @@
 #
 # 1. checks what you took from every lesson, 00 to 10, with short questions, several of them about
 #    **your own runs**: the checkers read what lessons 01, 04, 05, 08 and 10 stored when you ran
-#    them (`distlab.course_results`, a small file in your home folder), so your right answers may
+#    them (`distlab.course.results`, a small file in your home folder), so your right answers may
 #    differ from your neighbour's;
 # 2. draws your measurements across the course in one figure;
 # 3. puts them together into the answer for the company.
@@ -15,8 +15,8 @@
 # Run the lessons first; a question about a lesson you skipped says which one to run.
 
 # %% tags=["nbval-ignore-output"]
-from distlab import course_results
-from distlab import exercises_course as check
+from distlab.course import results as course_results
+from distlab.course import knowledge_check as check
 
 stored = course_results.load()
 print("lessons with stored results (and when each ran):",

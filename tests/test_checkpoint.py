@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import distlab
-from distlab import checkpoint
-from distlab import config as cfg
-from distlab import run as runs
+from distlab.long_runs import checkpoint
+from distlab.cluster import config as cfg
+from distlab.cluster import run as runs
 from distlab.parallel import (data_parallel, deepspeed_zero, fsdp, local_sgd, mesh, pipeline, registry,
                               tensor_parallel, torch_pipeline, zero)
 from distlab.processes.worker import Worker

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import distlab
-from distlab import config as cfg
-from distlab import run
+from distlab.cluster import config as cfg
+from distlab.cluster import run
 
 CLI = [sys.executable, "-m", "distlab.cli"]
 

@@ -1,8 +1,8 @@
-"""Lesson 09: the run config (distlab/config.py): read, checked, saved, and turned into a training call."""
+"""Lesson 09: the run config (distlab/cluster/config.py): read, checked, saved, and turned into a training call."""
 import pytest
 
-from distlab import config as cfg
-from distlab.config import ConfigError, RunConfig
+from distlab.cluster import config as cfg
+from distlab.cluster.config import ConfigError, RunConfig
 from distlab.parallel import data_parallel, fsdp, mesh, pipeline, zero
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
@@ -228,3 +228,19 @@ def test_checkpoints_and_faults_are_refused_where_the_function_would_ignore_them
             with pytest.raises(ConfigError, match=f"{setting.split('=')[0]}: strategy {name}: .* (takes no "
                                                   f"checkpoints|does not obey a fault).*strategies that can: data"):
                 RunConfig.parse({}, overrides)
+
+
+def test_one_parser_reads_key_value_in_a_config_override_and_in_a_terminal_job():
+    """Issue 27: one key=value parser.  Python literals first (YAML reads 1e-3 as text, and a job's
+    record_grads_at=() is a tuple), then YAML (true, null), then the bare word."""
+    from distlab.cluster.config_text import parse_kwargs, parse_value
+
+    assert [parse_value(t) for t in ("1e-3", "()", "None", "true", "null", "[1, 2]", "ddp")] == \
+        [0.001, (), None, True, None, [1, 2], "ddp"]
+    assert parse_kwargs(["steps=50", "method=ddp", "record_grads_at=()"]) == \
+        {"steps": 50, "method": "ddp", "record_grads_at": ()}
+    with pytest.raises(ConfigError, match="no sections"):
+        parse_kwargs(["training.lr=0.1"])
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_kwargs(["steps"])
+    assert RunConfig.parse({}, overrides=["training.lr=1e-3"]).training.lr == 0.001

@@ -12,8 +12,8 @@ import pytest
 
 import distlab
 from distlab import cli
-from distlab import config as cfg
-from distlab import run
+from distlab.cluster import config as cfg
+from distlab.cluster import run
 from distlab.parallel import registry
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -71,7 +71,7 @@ def test_the_two_node_example_becomes_one_torchrun_line_per_node():
 def test_gradient_accumulation_killed_between_two_updates_resumes_to_the_uninterrupted_run(tmp_path):
     """local_sgd declares "checkpoint": its accumulated gradients travel in the checkpoint (average: gradients,
     local_steps 4, a checkpoint every 5 steps falls between two updates)."""
-    from distlab import checkpoint
+    from distlab.long_runs import checkpoint
 
     sets = ["training.steps=12", "parallel.average=gradients", f"logging.dir={tmp_path}", "checkpoint.every=5",
             f"checkpoint.dir={tmp_path / 'ckpt'}"]

@@ -1,12 +1,12 @@
-"""Every exercise checker (distlab/exercises.py, exercises_failure.py): a placeholder is "not answered yet", the
+"""Every exercise checker (distlab/course/exercises.py, exercises_failure.py): a placeholder is "not answered yet", the
 solution is accepted, and a typical wrong answer is rejected with a message that says why."""
 import pytest
 import torch
 
-from distlab import exercises as ex
-from distlab import exercises_course as exc
-from distlab import exercises_cluster as exl
-from distlab import exercises_failure as exf
+from distlab.course import exercises as ex
+from distlab.course import knowledge_check as exc
+from distlab.course import exercises_cluster as exl
+from distlab.course import exercises_failure as exf
 from distlab.comm import cost_model
 from distlab.data import load_digits
 from distlab.measure import speedup
@@ -136,7 +136,7 @@ def test_a_config_fix_that_is_still_refused_says_why(capsys):
 
 
 def test_a_question_about_a_lesson_not_run_says_which_lesson_to_run(capsys, tmp_path, monkeypatch):
-    from distlab import course_results
+    from distlab.course import results as course_results
 
     monkeypatch.setenv("DISTLAB_RESULTS", str(tmp_path / "results.json"))
     assert course_results.recall("05") is None
@@ -149,7 +149,7 @@ def test_a_question_about_a_lesson_not_run_says_which_lesson_to_run(capsys, tmp_
 def test_a_lesson_remembers_from_several_cells(tmp_path, monkeypatch):
     """Lesson 05 stores its speedups early, its compute ratios and more-data measurements later: a later
     remember joins the earlier one's keys (it replaced the whole entry before, and lesson 11 lost the speedups)."""
-    from distlab import course_results
+    from distlab.course import results as course_results
 
     monkeypatch.setenv("DISTLAB_RESULTS", str(tmp_path / "results.json"))
     course_results.remember("05", speedup_2_ranks={"worst": 0.1}, regimes={"worst": {}})

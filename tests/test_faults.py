@@ -20,7 +20,7 @@ import uuid
 import psutil
 import pytest
 
-from distlab import checkpoint
+from distlab.long_runs import checkpoint
 from helpers import ROOT
 
 RUNS = {   # what runs, and on which backend

@@ -18,8 +18,8 @@ import jsonschema
 import pytest
 import yaml
 
-from distlab import job_files
-from distlab.config import ConfigError, RunConfig
+from distlab.cluster import job_files
+from distlab.cluster.config import ConfigError, RunConfig
 from distlab.processes import vertex_node
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -65,6 +65,25 @@ def test_modules_are_short_and_name_their_lesson(path):
     assert re.search(r"[Ll]essons? \d\d", doc), f"{path.name}: its docstring does not name its lesson"
 
 
+CORE = {"__init__", "cli", "data", "datasets", "distorted", "doctor", "models", "records"}
+
+
+def test_the_package_root_holds_only_the_core():
+    """Issue 27: lesson 09's cluster code, lesson 10's long-run code and the course's exercises each
+    have a subpackage; the root keeps the data, the models, the records, the doctor and the CLI."""
+    assert {p.stem for p in PACKAGE.glob("*.py")} == CORE
+
+
+@pytest.mark.parametrize("package", sorted(p.parent for p in PACKAGE.rglob("__init__.py")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_package_docstring_lists_what_is_inside(package):
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    named = set(re.findall(r"``(\w+)(?:/|``)", doc))
+    inside = {p.stem for p in package.glob("*.py") if p.stem != "__init__"} | {
+        p.parent.name for p in package.glob("*/__init__.py")}
+    assert inside <= named, f"{package.name}'s docstring does not list {sorted(inside - named)}"
+
+
 def test_widgets_never_import_what_trains():
     for path in (PACKAGE / "widgets").glob("*.py"):
         trains = {m for m in imports(path)

@@ -1,4 +1,4 @@
-"""Lesson 10: watching a job from outside (``distlab.monitor``, ``distlab monitor``, the monitor widget).
+"""Lesson 10: watching a job from outside (``distlab.long_runs.monitor``, ``distlab monitor``, the monitor widget).
 
 The main tests watch real runs (``distlab run`` on a small config); small hand-written metrics
 files check what a real run cannot show on cue: a half-written line, a silent rank, a rank
@@ -12,9 +12,10 @@ import sys
 import psutil
 import pytest
 
-from distlab import cli, run
-from distlab import config as cfg
-from distlab.monitor import RunMonitor, describe
+from distlab import cli
+from distlab.cluster import run
+from distlab.cluster import config as cfg
+from distlab.long_runs.monitor import RunMonitor, describe
 
 CLI = [sys.executable, "-m", "distlab.cli"]
 

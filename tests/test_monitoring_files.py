@@ -16,10 +16,10 @@ import urllib.request
 import pytest
 
 import distlab
-from distlab import config as cfg
-from distlab import run
-from distlab.horovod_timeline import load_events, phase_totals, read_ready, read_timeline, rounds
-from distlab.metrics import metrics_path
+from distlab.cluster import config as cfg
+from distlab.cluster import run
+from distlab.long_runs.horovod_timeline import load_events, phase_totals, read_ready, read_timeline, rounds
+from distlab.long_runs.metrics import metrics_path
 from distlab.parallel import data_parallel
 from distlab.processes import pool as pools
 from distlab.processes.rank import job_dir

@@ -1,6 +1,6 @@
 """Lesson 09: multi-node for real: `distlab run` as 2 nodes x 2 processes, each node a network namespace.
 
-The two "nodes" (distlab/fake_nodes.py) reach each other only over a veth pair, at their own
+The two "nodes" (distlab/cluster/fake_nodes.py) reach each other only over a veth pair, at their own
 addresses; torchrun's c10d rendezvous meets on node 0, and Horovod's horovodrun starts node 1's
 ranks over ssh (an sshd in node 1's namespace).  The result must equal the same run on one node
 with 4 processes.  Needs root and `ip netns` (CI has both; the set-up installs openssh-server).
@@ -11,8 +11,8 @@ import sys
 import pytest
 
 import distlab
-from distlab import config as cfg
-from distlab import fake_nodes, run
+from distlab.cluster import config as cfg
+from distlab.cluster import fake_nodes, run
 
 CLI = [sys.executable, "-m", "distlab.cli"]
 

@@ -21,7 +21,7 @@ import pytest
 import distlab
 import workers
 from helpers import ROOT, children
-from distlab import config as cfg
+from distlab.cluster import config as cfg
 from distlab.processes import pool
 from distlab.processes.checks import free_port
 

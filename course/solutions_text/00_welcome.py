@@ -5,7 +5,7 @@
 # checker as in the lesson (the test suite runs this notebook too).
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 from distlab.data import load_digits
 
 digits = load_digits()

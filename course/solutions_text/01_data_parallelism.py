@@ -9,7 +9,7 @@
 import torch
 
 import distlab
-from distlab import exercises
+from distlab.course import exercises
 from distlab.data import load_digits
 from distlab.parallel import data_parallel
 

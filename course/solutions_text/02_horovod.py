@@ -5,7 +5,7 @@
 # same checkers as in the lesson.
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 from distlab.models import build_model
 from distlab.processes import horovod_backend
 

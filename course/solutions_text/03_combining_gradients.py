@@ -5,7 +5,7 @@
 # checked by the same checkers as in the lesson.
 
 # %%
-from distlab import exercises
+from distlab.course import exercises
 from distlab.comm import cost_model
 
 # %% [markdown]

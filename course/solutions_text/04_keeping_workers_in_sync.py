@@ -6,7 +6,7 @@
 
 # %% tags=["nbval-ignore-output"]
 import distlab
-from distlab import exercises
+from distlab.course import exercises
 from distlab.parallel import local_sgd
 
 SETUP = dict(model="mlp", width=64, batch_size=32, lr=0.3, seed=0)

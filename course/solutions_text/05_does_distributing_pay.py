@@ -8,7 +8,7 @@
 
 # %% tags=["nbval-ignore-output"]
 import distlab
-from distlab import exercises
+from distlab.course import exercises
 from distlab.comm import cost_model, measure_costs
 from distlab.measure import more_data, speedup
 

@@ -6,7 +6,7 @@
 
 # %%
 import distlab
-from distlab import exercises
+from distlab.course import exercises
 from distlab.parallel import pipeline, schedules
 
 # %% [markdown]

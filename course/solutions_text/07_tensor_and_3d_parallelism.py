@@ -6,7 +6,7 @@
 
 # %%
 import distlab
-from distlab import exercises
+from distlab.course import exercises
 from distlab.models import build_model, count_parameters
 from distlab.parallel import mesh, tensor_parallel
 

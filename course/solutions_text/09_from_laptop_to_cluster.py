@@ -5,9 +5,9 @@
 # checked by the same checkers as in the lesson.
 
 # %%
-from distlab import exercises_cluster as exercises
-from distlab import config as run_config
-from distlab import run
+from distlab.course import exercises_cluster as exercises
+from distlab.cluster import config as run_config
+from distlab.cluster import run
 
 # %% [markdown]
 # **1. The global rank of local rank 3 on the node that joined as node 2, 8 processes per node.**

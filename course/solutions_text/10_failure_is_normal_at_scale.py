@@ -7,7 +7,7 @@
 # %%
 import math
 
-from distlab import course_results, exercises_failure
+from distlab.course import results as course_results, exercises_failure
 
 # %% [markdown]
 # **1. How often to save?** Saving every `T` seconds wastes `30 / T` of the time; a failure,

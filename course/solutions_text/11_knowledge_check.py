@@ -6,8 +6,8 @@
 # from their outputs: run lessons 01 to 10 first.
 
 # %%
-from distlab import course_results
-from distlab import exercises_course as check
+from distlab.course import results as course_results
+from distlab.course import knowledge_check as check
 from distlab.measure import speedup
 
 # %% [markdown]

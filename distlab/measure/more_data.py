@@ -177,7 +177,7 @@ def speed_verdict(ratios: list[float], ceiling: float | None = None) -> str:
 
 def exercise_sets_read(answer, sizes, steps: int, batch: int) -> bool | None:
     """Lesson 05 exercise: which sizes does a training of ``steps`` steps of ``batch`` samples read completely?"""
-    from ..exercises import check
+    from ..course.exercises import check
 
     if isinstance(answer, (list, tuple, set)):
         answer = sorted(answer)

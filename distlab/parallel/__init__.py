@@ -10,5 +10,12 @@
 - ``pipeline``       the schedules run on real ranks, every pass and message recorded (lesson 06)
 - ``torch_pipeline`` the same cut through ``torch.distributed.pipelining`` (lesson 06)
 - ``tensor_parallel`` one block's matrices split across ranks, by hand and with ``parallelize_module`` (lesson 07)
-- ``mesh``           the ranks as a data x pipeline x tensor grid, its groups, two 2 x 2 meshes (lesson 07)
+- ``named_mesh``     one mesh with named axes (data, pipeline, tensor, context, expert): every group (lesson 07)
+- ``mesh``           strategies composed over that mesh: data x pipeline x tensor, and its pictures (lesson 07)
+- ``zero``           ZeRO stages 1 and 2 by hand: each rank keeps its shard of the optimizer state (lesson 08)
+- ``fsdp``           ZeRO-3 with PyTorch's FSDP2 (``fully_shard``) (lesson 08)
+- ``deepspeed_zero`` ZeRO 1-3 with DeepSpeed itself; ``deepspeed_state`` its checkpoints (lesson 08)
+- ``horovod_elastic`` Horovod's elastic mode: the survivors carry on without a restart (lesson 10)
+- ``logbook``        what the loop does besides training: metrics, checkpoints, resuming (lesson 10)
+- ``registry``       every strategy a run config can name, in one table (lesson 09)
 """

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ..checkpoint import CheckpointError
+from ..long_runs.checkpoint import CheckpointError
 from ..comm.collectives import check_torchrun
 from .data_parallel import per_rank_batch
 from .deepspeed_state import Stage3Optimizer, full_params, held  # noqa: F401 (held: lesson 08)

@@ -12,8 +12,8 @@ DeepSpeed's fp32 master copy of this rank's shard.  The mini-batches are a funct
 """
 from __future__ import annotations
 
-from ..checkpoint import Checkpointer
-from ..metrics import MetricsLog
+from ..long_runs.checkpoint import Checkpointer
+from ..long_runs.metrics import MetricsLog
 
 
 class Logbook:

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 
 from ..data import shard_indices
 from ..datasets import load_dataset
-from ..faults import maybe_fail
+from ..long_runs.faults import maybe_fail
 from ..models import DTYPES, MODELS, build_model
 from ..processes.checks import check_int, check_positive
 from ..records import RankRecord, StepRecord

@@ -4,10 +4,15 @@
 - ``pool``            warm ranks that stay up between launches (lesson 00)
 - ``checks``          everything checked before a process starts (arguments against the signature)
 - ``jobs``            a running job: poll it, read who failed, stop it with nothing left behind
+- ``diagnosis``       who broke a job and how: the one diagnosis for launch, ``distlab run`` and the monitor (lesson 10)
 - ``rank``            the program each rank runs (joins once, then runs job after job)
 - ``worker``          the ``Worker`` interface every training function receives
 - ``torch_backend``   torchrun and torch.distributed behind that interface (lesson 01)
 - ``horovod_backend`` Horovod behind the same interface (lesson 02); ``horovod_driver`` starts it
 - ``progress``        a progress bar per rank (widgets in a notebook, lines in a terminal)
 - ``cores``           a core of its own for each CPU rank, and when not to (lesson 02)
+- ``horovod_worker``  Horovod's collectives behind ``Worker``, in groups (process sets) (lesson 07)
+- ``torchrun_local``, ``horovodrun_local``   the two launchers, listening on 127.0.0.1 only
+- ``config_rank``     one rank of a run config's training, what every scheduler starts (lesson 09)
+- ``vertex_node``     one node of a Vertex AI custom job, from ``CLUSTER_SPEC`` (lesson 09)
 """

@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from ..config import load
+from ..cluster.config import load
 from .rank import save_atomically, set_options, stop_quietly, write_error
 from .worker import backend_module
 

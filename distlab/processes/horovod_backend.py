@@ -182,7 +182,8 @@ def run_rank(pool_dir: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .rank import parse_kwargs, write_job
+    from ..cluster.config_text import ConfigError, parse_kwargs
+    from .rank import write_job
 
     parser = argparse.ArgumentParser(
         prog="python -m distlab.processes.horovod_backend",
@@ -196,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds for every collective")
     args = parser.parse_args(argv)
     if args.fn:
-        write_job(args.run_dir, args.fn, parse_kwargs(args.kwargs), timeout=args.timeout)
+        try:
+            kwargs = parse_kwargs(args.kwargs)
+        except ConfigError as err:
+            parser.error(str(err))
+        write_job(args.run_dir, args.fn, kwargs, timeout=args.timeout)
     summary = run_rank(args.run_dir)
     record = os.path.join(args.run_dir, "job_0", f"record_{summary['rank']}.pt")
     print(f"rank {summary['rank']}: done, record in {record}", flush=True)

@@ -17,13 +17,13 @@ Introduced in lesson 01 (warm ranks: lesson 00).  ``launch(train, world_size=2, 
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import time
 import warnings
 
+from . import diagnosis
 from . import pool as pools
 from .checks import bind_arguments, check_capabilities, check_importable, check_int, check_port, check_positive
 from .progress import ProgressReader, in_notebook, make_progress
@@ -32,7 +32,7 @@ from .worker import DEFAULT_TIMEOUT, backend_module, choose_device
 
 def is_run_config(fn) -> bool:
     """Lesson 09: ``launch``'s first argument is a run config (or its file), not a function."""
-    from ..config import RunConfig
+    from ..cluster.config import RunConfig
 
     return isinstance(fn, RunConfig) or (isinstance(fn, (str, os.PathLike))
                                          and str(fn).endswith((".yaml", ".yml", ".toml")))
@@ -40,7 +40,7 @@ def is_run_config(fn) -> bool:
 
 def _from_config(config, world_size, kwargs):
     """What ``launch(config)`` runs: the config's training call, on its ranks."""
-    from ..config import RunConfig, load
+    from ..cluster.config import RunConfig, load
 
     if not isinstance(config, RunConfig):
         config = load(os.fspath(config))
@@ -163,8 +163,8 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
 
 def job_options(world_size: int, checkpoint, fault, tensorboard) -> dict:
     """Lesson 10: ``launch``'s checkpoint, fault and TensorBoard settings, checked, as the ranks take them."""
-    from ..checkpoint import check_settings
-    from ..faults import check_fault
+    from ..long_runs.checkpoint import check_settings
+    from ..long_runs.faults import check_fault
 
     options = {}
     if checkpoint is not None:
@@ -205,9 +205,6 @@ def _load_record(folder: str, rank: int):
     return torch.load(os.path.join(folder, f"record_{rank}.pt"), weights_only=False)
 
 
-_SIGNALS = {-int(s): s.name for s in signal.Signals}
-
-
 def _failure(pool, grace: float = 10.0) -> WorkerError:
     """Name the rank that caused the failure, with its traceback when it had one.
 
@@ -223,40 +220,19 @@ def _failure(pool, grace: float = 10.0) -> WorkerError:
     job.stop()
     log = job.log()
     if launcher_code is not None and launcher_code < 0:   # lesson 10: nobody signals it but us, and we had not yet
-        return WorkerError(None, f"it was killed by {_SIGNALS.get(launcher_code, launcher_code)} while the ranks "
-                           "trained; every rank was stopped with it", log=log)
-    errors = []
-    for path in pool.errors():
-        try:
-            with open(path) as f:
-                errors.append(json.load(f))
-        except (OSError, ValueError):     # a rank stopped while writing it
-            pass
-    exits = job.exit_codes()
-    for rank, code in sorted(exits.items()):
-        if code < 0 and code != -signal.SIGTERM and not any(e["rank"] == rank for e in errors):
-            return WorkerError(rank, f"it was killed by {_SIGNALS.get(code, code)} "
-                               "(out of memory, or killed by hand?)", log=log)
-    if errors:
-        first = min(errors, key=lambda e: e["time"])
-        hung = _silent_ranks(pool, errors, exits) if all(_timed_out(e) for e in errors) else []
-        if hung:                      # lesson 10: the others timed out waiting for a rank that said nothing
-            return WorkerError(hung[0], f"it stopped answering: rank {first['rank']} timed out waiting for it "
-                               f"({first['type']}: {first['message'][:300]}), while rank {hung[0]} raised "
-                               "nothing and never finished its job (it hung)", first["traceback"], log=log)
-        return WorkerError(first["rank"], f"{first['type']}: {first['message']}",
-                           first["traceback"], log=log)
+        name = diagnosis.SIGNALS.get(-launcher_code, launcher_code)
+        return WorkerError(None, f"it was killed by {name} while the ranks trained; every rank was stopped "
+                           "with it", log=log)
+    errors, exits = diagnosis.read_errors(pool.dir), job.exit_codes()
+    rank, why, trace = diagnosis.blame(errors, diagnosis.killed_by(exits, errors),
+                                       silent=lambda: _silent_ranks(pool, errors, exits))
+    if why:
+        return WorkerError(rank, why, trace, log=log)
     if exits:
         rank, code = min(exits.items())
         return WorkerError(rank, f"it exited with code {code}", log=log)
     tail = "\n".join(log.splitlines()[-20:])
     return WorkerError("?", f"the launcher exited with code {job.returncode}:\n{tail}", log=log)
-
-
-def _timed_out(error: dict) -> bool:
-    """An error file that says its rank gave up waiting in a collective (gloo, NCCL or Horovod)."""
-    text = f"{error['type']} {error['message']}".lower()
-    return "timeout" in text or "timed out" in text or "waited more than" in text
 
 
 def _silent_ranks(pool, errors: list[dict], exits: dict[int, int]) -> list[int]:

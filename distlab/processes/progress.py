@@ -23,28 +23,63 @@ def in_notebook() -> bool:
     return shell is not None and hasattr(shell, "kernel")
 
 
+class JsonLines:
+    """Lessons 01 and 10: the whole lines a rank appended to its JSON-lines file since the last read.
+
+    The one reader of both streams the ranks write (``progress_<rank>.jsonl`` here, the metrics
+    files of ``long_runs.monitor``), from another process and while the rank writes:
+
+    - a line still being written waits for the next read;
+    - a file shorter than what was read was started again (a new run in the same folder):
+      reading starts over and ``started_again`` says so, until the next read;
+    - a rank killed mid-line leaves half an object, and its next life appends to it: the last whole
+      object on such a line is kept, and a line with none is skipped.
+    """
+
+    def __init__(self, path: str):
+        self.path, self.offset, self.started_again = path, 0, False
+
+    def read(self) -> list[dict]:
+        self.started_again = False
+        try:
+            with open(self.path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < self.offset:
+                    self.offset, self.started_again = 0, True
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return [d for raw in complete.decode(errors="replace").splitlines() if (d := _whole(raw)) is not None]
+
+
+def _whole(raw: str) -> dict | None:
+    """One line as a dict, or else the longest tail of it that is a whole object (see ``JsonLines``)."""
+    starts = [i for i, c in enumerate(raw) if c == "{"]
+    for i in starts:
+        try:
+            found = json.loads(raw[i:])
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            return found
+    return None
+
+
 class ProgressReader:
-    """Reads the new lines each rank has appended since the last call."""
+    """Lesson 01: the latest progress line of each rank of a job."""
 
     def __init__(self, run_dir: str, world_size: int):
-        self.paths = [os.path.join(run_dir, f"progress_{r}.jsonl") for r in range(world_size)]
-        self.offsets = [0] * world_size
+        self.files = [JsonLines(os.path.join(run_dir, f"progress_{r}.jsonl")) for r in range(world_size)]
         self.latest: list[dict | None] = [None] * world_size
 
     def poll(self) -> bool:
         """Read what is new; return True when any rank moved."""
         moved = False
-        for r, path in enumerate(self.paths):
-            if not os.path.exists(path):
-                continue
-            with open(path) as f:
-                f.seek(self.offsets[r])
-                chunk = f.read()
-            complete = chunk[:chunk.rfind("\n") + 1]   # a line still being written waits
-            self.offsets[r] += len(complete.encode())
-            for line in complete.splitlines():
-                self.latest[r] = json.loads(line)
-                moved = True
+        for r, lines in enumerate(f.read() for f in self.files):
+            if lines:
+                self.latest[r], moved = lines[-1], True
         return moved
 
 

@@ -19,7 +19,6 @@ a notebook cell.
 """
 from __future__ import annotations
 
-import ast
 import importlib
 import json
 import os
@@ -78,20 +77,6 @@ def write_job(run_dir: str, fn, kwargs: dict, *, device: str = "auto", timeout: 
     write_settings(run_dir, device=device, timeout=timeout)
     submit(run_dir, 0, fn, kwargs, threads=threads, bind_cores=bind_cores)
     submit(run_dir, 1)
-
-
-def parse_kwargs(pairs: list[str]) -> dict:
-    """``["steps=50", "method=ddp"]`` as ``{"steps": 50, "method": "ddp"}`` (for terminals)."""
-    kwargs = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"expected key=value, got {pair!r}")
-        try:
-            kwargs[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            kwargs[key] = value            # a bare word: a string
-    return kwargs
 
 
 def save_atomically(obj, path: str) -> None:

@@ -25,7 +25,7 @@ import sys
 
 import yaml
 
-from ..config import ConfigError, RunConfig
+from ..cluster.config import ConfigError, RunConfig
 
 CONFIG_VARIABLE = "DISTLAB_RUN_CONFIG"
 
@@ -60,7 +60,7 @@ def node_config(text: str, spec: dict) -> tuple[RunConfig, int]:
 
 
 def main() -> int:
-    from ..run import run
+    from ..cluster.run import run
 
     if "CLUSTER_SPEC" not in os.environ or CONFIG_VARIABLE not in os.environ:
         print(f"vertex_node: CLUSTER_SPEC and {CONFIG_VARIABLE} must be set (Vertex AI sets the first, "

@@ -1,11 +1,13 @@
-"""Widgets: the pictures of lessons 00 to 08 and 10, each drawn only from records of real runs.
+"""Widgets: the pictures of lessons 00 to 11, each drawn only from records of real runs.
 
 ``display`` (lesson 01) holds what every picture shares: the palette, the sizes, figure to
 PNG, and ``LiveFigure`` (controls above a picture).  Then one module per lesson's pictures:
 ``data_parallel`` (00, 01), ``backends`` (02), ``collectives`` and ``costs`` (03),
-``timeline`` (04), ``speedup`` (05), ``pipeline`` (06), ``mesh`` (07), ``memory`` (08),
+``timeline`` (04), ``speedup`` and ``more_data`` (05), ``pipeline`` (06), ``mesh`` (07), ``memory`` (08),
+``launches`` (09: one run launched three ways),
 ``monitor`` (10: a running job's loss curves and each rank's progress, read from the metrics
-files its ranks write) and ``horovod`` (10: Horovod's own timeline, drawn from its trace).
+files its ranks write), ``horovod`` (10: Horovod's own timeline, drawn from its trace) and
+``course`` (11: the learner's own measurements across the course).
 The memory calculator draws the memory model (``measure.memory_model``), itself no record
 but a formula.  Widgets read records and never train: a "measure" button calls a function the
 lesson hands it, and the monitor and the timeline only read files.

@@ -1,7 +1,7 @@
 """Lesson 11: the learner's own measurements across the course, in one figure.
 
 Introduced in lesson 11 (``notebooks/11_knowledge_check.ipynb``).  Every panel draws what one lesson
-stored when the learner ran it (``distlab.course_results``); a lesson not run yet leaves a panel
+stored when the learner ran it (``distlab.course.results``); a lesson not run yet leaves a panel
 that says which lesson to run, never a made-up number.  One picture, because the answer to the
 insurance company is a comparison: what distributing changed (nothing in the result, lesson 01),
 what it cost (waiting, lesson 04; compute that did not halve, lesson 05), what it bought (speed,

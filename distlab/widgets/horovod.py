@@ -1,6 +1,6 @@
 """Lesson 10: Horovod's own timeline, drawn: what its background thread did with every tensor.
 
-Introduced in ``notebooks/10_failure_is_normal_at_scale.ipynb``.  ``distlab.horovod_timeline``
+Introduced in ``notebooks/10_failure_is_normal_at_scale.ipynb``.  ``distlab.long_runs.horovod_timeline``
 reads the Chrome trace rank 0 writes (``logging.horovod_timeline: true``); this module draws it,
 so that a learner sees in the notebook what ``chrome://tracing`` would show: one row per tensor,
 one panel per round (the broadcast of the parameters, then one all-reduce per step), each phase
@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from ..horovod_timeline import read_ready, read_timeline, rounds
+from ..long_runs.horovod_timeline import read_ready, read_timeline, rounds
 from .display import BLUE, GREEN, GREY, VERMILLION, WIDTH, rank_colour
 
 # the outer phases fill a row; the inner ones (inside ALLREDUCE / BROADCAST) a thinner bar on top

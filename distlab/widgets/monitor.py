@@ -2,7 +2,7 @@
 
 Introduced in ``notebooks/10_failure_is_normal_at_scale.ipynb`` (failure is normal at scale).  The widget
 reads what the ranks write down, ``metrics_<rank>.jsonl`` in the run's folder, through
-``distlab.monitor.RunMonitor``, and nothing else: the same files ``distlab monitor RUN_DIR``
+``distlab.long_runs.monitor.RunMonitor``, and nothing else: the same files ``distlab monitor RUN_DIR``
 reads in a terminal and that a cluster's job would leave on a shared disk.  So it can watch a job
 started anywhere (a terminal, a scheduler, another notebook), and watching never touches the job.
 
@@ -28,7 +28,7 @@ import time
 import ipywidgets as W
 from matplotlib.figure import Figure
 
-from ..monitor import STALL_SECONDS, JobStatus, RunMonitor, job_line
+from ..long_runs.monitor import STALL_SECONDS, JobStatus, RunMonitor, job_line
 from .display import GREY, VERMILLION, WIDTH, LiveFigure, rank_colour
 
 
@@ -164,7 +164,7 @@ def monitor(run_dir: str, follow: bool = True, interval: float = 0.5, stall_seco
     """Lesson 10: watch the run in ``run_dir`` from its metrics files (see the module's docstring).
 
     ``follow=False`` draws once, from what is there now.  The widget's ``.status`` is the
-    latest ``distlab.monitor.JobStatus``; ``.join()`` waits until following ends and returns it.
+    latest ``distlab.long_runs.monitor.JobStatus``; ``.join()`` waits until following ends and returns it.
     """
     return MonitorWidget(run_dir, follow=follow, interval=interval, stall_seconds=stall_seconds,
                          timeout=timeout)

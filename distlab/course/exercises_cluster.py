@@ -22,7 +22,7 @@ BROKEN_CONFIG = {"model": {"kind": "mlp", "width": 64}, "training": {"steps": 10
 
 def fix_the_config(answer) -> bool | None:
     """Lesson 09: ``--set`` overrides that make ``BROKEN_CONFIG`` valid, on its 8 ranks, batch within 10% of 100."""
-    from .config import ConfigError, RunConfig
+    from ..cluster.config import ConfigError, RunConfig
 
     if answer is ...:
         return check("fix the config", ..., None)

@@ -118,7 +118,7 @@ def pipeline_schedule(answer, stages: int = 4, micro_batches: int = 8) -> bool |
 
     The answer is read from lesson 06's own schedules, simulated: the idle share of each, and the
     micro-batches whose activations stage 0 holds at once."""
-    from .parallel import schedules
+    from ..parallel import schedules
 
     runs = {name: schedules.schedule(name, stages, micro_batches) for name in ("gpipe", "1f1b")}
     idle = {name: schedules.bubble(schedules.simulate(ops)) for name, ops in runs.items()}
@@ -134,7 +134,7 @@ def pipeline_schedule(answer, stages: int = 4, micro_batches: int = 8) -> bool |
 
 def tensor_parallel_traffic(answer, width: int = 512) -> bool | None:
     """Lesson 11 (lesson 07): as the batch grows, whose bytes per step grow: "tensor" or "data" parallelism's?"""
-    from .parallel import tensor_parallel
+    from ..parallel import tensor_parallel
 
     grows = {"tensor": sum(tensor_parallel.predicted_bytes(512, width).values())
              > sum(tensor_parallel.predicted_bytes(64, width).values()),
@@ -149,7 +149,7 @@ def tensor_parallel_traffic(answer, width: int = 512) -> bool | None:
 def zero2_bytes_per_parameter(answer, world_size: int = 8) -> bool | None:
     """Lesson 11 (lesson 08): bytes per parameter one of ``world_size`` ranks holds at ZeRO-2
     (Adam, mixed precision: the ZeRO paper's 16 bytes per parameter at stage 0)."""
-    from .measure import memory_model
+    from ..measure import memory_model
 
     def held(stage):
         return memory_model.per_rank(1, world_size, stage=stage, optimizer="adam", precision="mixed").total
@@ -165,7 +165,7 @@ def zero2_bytes_per_parameter(answer, world_size: int = 8) -> bool | None:
 def per_rank_batch_from_config(answer, nodes: int = 2, processes_per_node: int = 4,
                                global_batch_size: int = 96) -> bool | None:
     """Lesson 11 (lesson 09): samples per rank and step for a config's launch and training sections."""
-    from .parallel.data_parallel import per_rank_batch
+    from ..parallel.data_parallel import per_rank_batch
 
     world = nodes * processes_per_node
     expected = per_rank_batch(world, None, global_batch_size)

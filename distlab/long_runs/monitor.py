@@ -1,7 +1,7 @@
 """Watching a long job from outside: what each rank's metrics file says, read while it grows.
 
 Introduced in lesson 10 (failure is normal at scale).  The ranks append one JSON line per event
-to ``metrics_<rank>.jsonl`` (``distlab.metrics``); ``RunMonitor`` reads those files from another
+to ``metrics_<rank>.jsonl`` (``distlab.long_runs.metrics``); ``RunMonitor`` reads those files from another
 process (``distlab monitor RUN_DIR``, the monitor widget) and never talks to the job, so watching
 cannot slow it down or break it.  ``poll()`` reads only the complete lines appended since the
 last call; ``status()`` makes a ``JobStatus`` of them: per rank its step, loss, throughput,
@@ -17,13 +17,15 @@ drops the lost steps and notes the restart, so the curve shows the job going bac
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+
+from ..processes import diagnosis
+from ..processes.progress import JsonLines
 
 STALL_SECONDS = 30.0      # no line for this long from a rank that is running: call it stalled
 WINDOW = 5                # throughput over the last WINDOW steps
@@ -81,7 +83,7 @@ class _Rank:
     """What has been read of one rank's file so far."""
 
     def __init__(self):
-        self.offset, self.last, self.start, self.checkpoint, self.ended, self.lost = 0, None, None, None, False, 0
+        self.last, self.start, self.checkpoint, self.ended, self.lost = None, None, None, False, 0
         self.history: dict[int, float | None] = {}
         self.window, self.restart_points = [], []   # the last steps of this life; (restart, resumed from)
 
@@ -110,6 +112,7 @@ class RunMonitor:
     def __init__(self, run_dir: str, stall_seconds: float = STALL_SECONDS):
         self.run_dir, self.stall_seconds = os.fspath(run_dir), float(stall_seconds)
         self._ranks: dict[int, _Rank] = {}
+        self._files: dict[int, JsonLines] = {}
         self._lock = threading.Lock()         # the widget's thread and a waiting cell may both poll
 
     def poll(self) -> bool:
@@ -123,22 +126,14 @@ class RunMonitor:
             return moved
 
     def _read(self, rank: int, path: str) -> bool:
+        file = self._files.setdefault(rank, JsonLines(path))
+        lines = file.read()
+        if file.started_again:                        # a new run in the same folder
+            self._ranks.pop(rank, None)
         state = self._ranks.setdefault(rank, _Rank())
-        try:
-            with open(path, "rb") as f:
-                if os.fstat(f.fileno()).st_size < state.offset:    # a new run in the same folder
-                    state = self._ranks[rank] = _Rank()
-                f.seek(state.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return False
-        complete = chunk[:chunk.rfind(b"\n") + 1]      # a line still being written waits
-        state.offset += len(complete)
-        for raw in complete.decode(errors="replace").splitlines():
-            line = _parse(raw)
-            if line is not None:
-                state.read(line)
-        return bool(complete)
+        for line in lines:
+            state.read(line)
+        return bool(lines)
 
     def status(self, now: float | None = None) -> JobStatus:
         """Lesson 10: the job as the lines read so far show it (``now``: the clock to age them by)."""
@@ -174,23 +169,13 @@ class RunMonitor:
         """The error files of this life of the job, earliest first.  An error older than its rank's latest
         ``start`` line belongs to a life that was restarted since.  In a notebook launch's job
         folder (``job_<n>``) the ranks write their errors one folder up, marked with the job."""
-        places = [(self.run_dir, None)]
+        errors = diagnosis.read_errors(self.run_dir)
         parent, name = os.path.split(os.path.normpath(self.run_dir))
         if name.startswith("job_") and name[4:].isdigit():
-            places.append((parent, int(name[4:])))
-        errors = []
-        for folder, job in places:
-            names = os.listdir(folder) if os.path.isdir(folder) else []
-            for name in (n for n in names if n.startswith("error_") and n.endswith(".json")):
-                try:
-                    with open(os.path.join(folder, name)) as f:
-                        err = json.load(f)
-                except (OSError, ValueError):
-                    continue
-                restarted = starts.get(err.get("rank"), max(starts.values(), default=0)) > err.get("time", 0)
-                if (job is None or err.get("job") == job) and not restarted:
-                    errors.append(err)
-        return sorted(errors, key=lambda e: e.get("time", 0))
+            errors += diagnosis.read_errors(parent, job=int(name[4:]))
+        latest = max(starts.values(), default=0)
+        return sorted((e for e in errors if starts.get(e.get("rank"), latest) <= e.get("time", 0)),
+                      key=lambda e: e.get("time", 0))
 
     def wait_until(self, condition, timeout: float = 60.0, interval: float = 0.2) -> JobStatus:
         """Lesson 10: poll until ``condition(status)`` holds (e.g. ``lambda s: s.min_step >= 300``); return
@@ -206,16 +191,6 @@ class RunMonitor:
             if time.time() > deadline:
                 raise TimeoutError(f"the condition did not hold within {timeout} s:\n{describe(status)}")
             time.sleep(interval)
-
-
-def _parse(raw: str) -> dict | None:
-    """One line as a dict (a partial line a killed rank left, then its next life's: the last whole one)."""
-    for text in (raw, raw[raw.rfind('{"event"'):]):
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass
-    return None
 
 
 def _rank_status(rank: int, s: _Rank, now: float, stall_seconds: float) -> RankStatus:

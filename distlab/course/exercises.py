@@ -19,11 +19,11 @@ import math
 
 import torch
 
-from . import data
-from .comm import collectives, cost_model
-from .measure import memory_model, speedup
-from .models import build_model
-from .parallel import mesh, schedules, tensor_parallel
+from .. import data
+from ..comm import collectives, cost_model
+from ..measure import memory_model, speedup
+from ..models import build_model
+from ..parallel import mesh, schedules, tensor_parallel
 
 
 def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",

@@ -24,9 +24,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .config_text import ConfigError, apply_override, dump_toml, explain
-from .datasets import check_dataset
-from .parallel import registry
-from .parallel.schedules import SCHEDULES
+from ..datasets import check_dataset
+from ..parallel import registry
+from ..parallel.schedules import SCHEDULES
 
 # REGISTRY/PATH:TAG or REGISTRY/PATH@sha256:DIGEST (lesson 09: what a cluster can pull)
 IMAGE = re.compile(r"^[a-z0-9][a-z0-9.:-]*/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]*|@sha256:[0-9a-f]{64})$")
@@ -195,8 +195,8 @@ class RunConfig(Section):
 
     def check_call(self) -> None:
         """Lesson 09: every check ``distlab.launch`` makes before starting a rank (``distlab check``, ``run``)."""
-        from .processes.checks import bind_arguments
-        from .processes.worker import choose_device
+        from ..processes.checks import bind_arguments
+        from ..processes.worker import choose_device
 
         fn, kwargs = self.call()
         try:

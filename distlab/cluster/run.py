@@ -29,7 +29,8 @@ import time
 import psutil
 
 from .config import ConfigError, RunConfig
-from .processes.progress import ProgressReader, describe
+from ..processes import diagnosis
+from ..processes.progress import ProgressReader, describe
 
 
 def run_dir(config: RunConfig) -> str:
@@ -95,7 +96,7 @@ def horovodrun_command(config: RunConfig) -> tuple[list[str], dict]:
 
     On one node it is horovodrun through ``processes/horovodrun_local.py``, whose servers listen
     on 127.0.0.1 only (no other machine needs to reach them; that file says why it matters)."""
-    from .processes.horovod_backend import LOOPBACK
+    from ..processes.horovod_backend import LOOPBACK
 
     launch = config.launch
     if launch.nodes == 1:
@@ -201,16 +202,12 @@ def start(config_path: str, *overrides: str) -> subprocess.Popen:
 def _report(config, folder, code, seconds, log_path, stream, node_rank=0) -> int:
     import torch
 
-    errors = []
-    # error_<rank>.json only: a rank killed while writing one (torchrun stops the survivors of a life
-    # to restart them) leaves its half-written error_<rank>.json.tmp, which is nobody's error
-    for name in sorted(f for f in os.listdir(folder) if f.startswith("error_") and f.endswith(".json")):
-        with open(os.path.join(folder, name)) as f:
-            errors.append(json.load(f))
+    errors = diagnosis.read_errors(folder)
     restarts = _restarts(folder)
     with open(log_path, errors="replace") as f:
         log = f.read()
-    failures = _failures(errors, log, node_rank * config.launch.processes_per_node)
+    killed = diagnosis.killed_in_log(log, first_rank=node_rank * config.launch.processes_per_node)
+    failures = diagnosis.failure_lines(errors, killed)
     if code != 0:
         for line in failures:
             print(line, file=stream)
@@ -238,24 +235,9 @@ def _report(config, folder, code, seconds, log_path, stream, node_rank=0) -> int
     return 0
 
 
-def _failures(errors: list[dict], log: str, first_rank: int) -> list[str]:
-    """Lesson 10: who failed how.  A rank killed outright writes no error, and its peers then fail
-    with "connection reset": so the ranks the launcher saw killed by a signal come first."""
-    import re
-
-    signals = {int(s): s.name for s in signal.Signals}
-    killed = {first_rank + int(local): signals.get(-int(code), code)                    # torchrun's log
-              for code, local in re.findall(r"failed \(exitcode: (-\d+)\) local_rank: (\d+)", log)}
-    killed.update({int(rank): signals.get(int(code) - 128, code)                        # horovodrun's
-                   for rank, code in re.findall(r"Process (\d+) exit with status code (\d+)", log)
-                   if 128 < int(code) < 128 + 65})
-    lines = [f"rank {rank} was killed by {name} (it left no error of its own)" for rank, name in sorted(killed.items())]
-    return lines + [f"rank {e['rank']} failed: {e['type']}: {e['message']}" for e in errors]
-
-
 def _restarts(folder: str) -> int:
     """How many times the ranks on this node were restarted, as their metrics files say (``monitor``)."""
-    from .monitor import RunMonitor
+    from ..long_runs.monitor import RunMonitor
 
     monitor = RunMonitor(folder)
     monitor.poll()
