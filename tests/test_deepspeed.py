@@ -16,6 +16,7 @@ import workers
 import distlab
 from distlab.measure import memory_model as M
 from distlab.models import build_model, count_parameters
+from distlab.parallel import deepspeed_setup
 from distlab.parallel import deepspeed_zero as D
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
@@ -38,8 +39,8 @@ def test_a_compile_lock_left_by_a_killed_compiler_is_removed_and_a_live_one_kept
     for lock in (old, live):
         lock.parent.mkdir(parents=True)
         lock.touch()
-    os.utime(old, (time.time() - 2 * D.STALE_LOCK_S,) * 2)
-    assert D.clear_stale_locks(str(tmp_path)) == [str(old)]
+    os.utime(old, (time.time() - 2 * deepspeed_setup.STALE_LOCK_S,) * 2)
+    assert deepspeed_setup.clear_stale_locks(str(tmp_path)) == [str(old)]
     assert not old.exists() and live.exists()
 
 

@@ -100,7 +100,8 @@ def horovodrun_command(config: RunConfig) -> tuple[list[str], dict]:
 
     launch = config.launch
     if launch.nodes == 1:
-        horovodrun = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "processes",
+        here = os.path.dirname(os.path.abspath(__file__))
+        horovodrun = [sys.executable, os.path.join(os.path.dirname(here), "processes",
                                                    "horovodrun_local.py")]     # by path: no PyTorch import
         hosts, interface = f"localhost:{launch.world_size}", LOOPBACK
     else:

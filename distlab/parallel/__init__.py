@@ -14,7 +14,8 @@
 - ``mesh``           strategies composed over that mesh: data x pipeline x tensor, and its pictures (lesson 07)
 - ``zero``           ZeRO stages 1 and 2 by hand: each rank keeps its shard of the optimizer state (lesson 08)
 - ``fsdp``           ZeRO-3 with PyTorch's FSDP2 (``fully_shard``) (lesson 08)
-- ``deepspeed_zero`` ZeRO 1-3 with DeepSpeed itself; ``deepspeed_state`` its checkpoints (lesson 08)
+- ``deepspeed_zero`` ZeRO 1-3 with DeepSpeed itself; ``deepspeed_state`` its checkpoints, ``deepspeed_setup``
+                     its accelerator and compiled op (lesson 08)
 - ``horovod_elastic`` Horovod's elastic mode: the survivors carry on without a restart (lesson 10)
 - ``logbook``        what the loop does besides training: metrics, checkpoints, resuming (lesson 10)
 - ``registry``       every strategy a run config can name, in one table (lesson 09)
