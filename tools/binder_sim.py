@@ -335,9 +335,11 @@ def _who(each: dict) -> list[str]:
     return [f"{pss / 1e6:6.0f} MB  {cmd[:120]}" for cmd, pss in sorted(each.values(), key=lambda v: -v[1])]
 
 
-def _left_behind(box: Confinement, root_pid: int, grace: float = 10.0) -> list[str]:
-    """What is still running in the group ``grace`` seconds after the command exited (a cgroup only:
-    orphans leave a process tree).  A kernel or rank still shutting down gets the grace to finish."""
+def left_behind(box: Confinement, root_pid: int, grace: float = 10.0) -> list[str]:
+    """What is still running in the group, besides ``root_pid``, ``grace`` seconds after the run ended
+    (a cgroup only: orphans leave a process tree).  A kernel or rank still shutting down gets the grace
+    to finish.  ``measure`` asks it after its command exits; the browser's runs after each lesson,
+    with the JupyterLab server (which stays for the next lesson) as the root."""
     if not box.dirs:
         return []
     deadline = time.monotonic() + grace
@@ -346,13 +348,7 @@ def _left_behind(box: Confinement, root_pid: int, grace: float = 10.0) -> list[s
         if not pids or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    names = []
-    for pid in sorted(pids):
-        try:
-            names.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:160]}")
-        except psutil.Error:
-            pass
-    return names
+    return [f"{pid} {_command(pid)[:160]}" for pid in sorted(pids) if os.path.exists(f"/proc/{pid}")]
 
 
 class Watch:
@@ -505,7 +501,7 @@ def _measure(command, *, cwd, env, limits: Limits, timeout: float, interval: flo
             time.sleep(interval)
         wall = time.perf_counter() - t0
         reader.join(timeout=10)
-        left = _left_behind(box, proc.pid, grace)
+        left = left_behind(box, proc.pid, grace)
         return Measured(command=[str(c) for c in command], returncode=proc.returncode, wall_s=wall,
                         peak_rss_bytes=peak, peak_pss_bytes=peak_pss, peak_processes=peak_n,
                         group_peak_bytes=box.group_peak_bytes(),

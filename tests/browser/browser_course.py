@@ -24,7 +24,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,7 +135,7 @@ class BrowserCourse:
                 out.left_running = [f"the server did not answer: {err}"]
             if started:
                 watch.__exit__(None, None, None)
-                out.left_running += self._left_in(box, server.proc.pid)
+                out.left_running += binder_sim.left_behind(box, server.proc.pid)
                 out.measured = watch.measured([f"Run All of {notebook} in the browser"],
                                               0 if out.error is None else 1, out.left_running)
                 try:
@@ -147,14 +146,3 @@ class BrowserCourse:
             box.__exit__(None, None, None)
             context.close()
         return out
-
-    @staticmethod
-    def _left_in(box: binder_sim.Confinement, server_pid: int, grace: float = 10.0) -> list[str]:
-        """What still runs in the group, besides the server, ``grace`` seconds after the kernel went."""
-        deadline = time.monotonic() + grace
-        while True:
-            pids = box.pids(-1) - {server_pid}
-            if not pids or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        return [f"{pid} {binder_sim._command(pid)[:160]}" for pid in sorted(pids)]
