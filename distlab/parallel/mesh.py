@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import torch
 
-from ..data import global_batch, load_digits, shard_indices
+from ..data import load_digits, shard_indices
 from ..models import build_model
 from ..processes.checks import check_int
 from ..records import RankRecord
-from . import named_mesh, schedules, stages, tensor_parallel
+from . import named_mesh, stages, tensor_parallel
 from . import pipeline as pipe
-from .loop import Run, train_steps
 from .named_mesh import Mesh
 
 BLOCK = ("fc2", "fc3")     # the layers tensor parallelism splits (tensor_parallel.parallel_mlp)
@@ -152,8 +151,8 @@ def _train_split_stages(worker, mesh: Mesh, *, width: int, global_batch_size: in
     tensor slice and data replica), in which the stage that holds the block splits it across its
     tensor group; the other stages are the same on every tensor rank (they see the same data).
 
-    Built from the pipeline's own pieces (``stages.split``, ``pipeline.Stage``,
-    ``pipeline.PipelineSchedule``): ``pipeline.train_stage`` builds its stages itself.
+    Built from the pipeline's own pieces: its stages are cut here (the block's layers replaced by
+    their tensor-parallel halves), then ``pipeline.run_stage`` trains them as it trains lesson 06's.
     """
     peers, p, m, device = mesh.peers("pipeline"), mesh.size("pipeline"), micro_batches, worker.device
     rank, (d, replicas) = mesh.coordinates["pipeline"], (mesh.coordinates["data"], mesh.size("data"))
@@ -175,15 +174,13 @@ def _train_split_stages(worker, mesh: Mesh, *, width: int, global_batch_size: in
                         shard=shard_indices(data.n_train, 0, 1, seed=seed))
     stage = pipe.Stage([part if v == rank else None for v, part in enumerate(parts)], shapes, rank, peers,
                        batch // m, device, mesh.group("pipeline").handle)
-    run = Run(worker, data, data.x_train.to(device), data.y_train.to(device), params, None,
-              torch.optim.SGD(params.values(), lr=lr), record)
     totals = [0]                          # tensor bytes so far, noted after each step's passes
 
     def note_and_average(params) -> None:
         totals.append(sum(traffic.bytes.values()))
         average(params)
-    strategy = pipe.PipelineSchedule(stage, schedules.schedule(schedule, p, m, 1)[rank], m, note_and_average)
-    record = train_steps(run, strategy, steps, lambda step: global_batch(data.n_train, 1, global_batch_size, step,
-                                                                         seed=seed)[d * batch:(d + 1) * batch])
+    record = pipe.run_stage(worker, data, stage, params, torch.optim.SGD(params.values(), lr=lr), record,
+                            schedule=schedule, chunks=1, steps=steps, seed=seed, replica=(d, replicas),
+                            global_batch_size=global_batch_size, average=note_and_average)
     record.traffic = dict(record.traffic, tensor=totals[-1] - totals[-2])   # the last step's (no evaluation)
     return record

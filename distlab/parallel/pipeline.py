@@ -120,7 +120,19 @@ def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int,
                                     chunks=chunks, steps=steps, lr=lr, seed=seed, dtype=dtype, stage=rank,
                                     layers=layers, parameters_held=held),
                         shard=shard_indices(data.n_train, 0, 1, seed=seed))
-    stage = Stage(parts, shapes, rank, peers, batch // m, device, group)
+    return run_stage(worker, data, Stage(parts, shapes, rank, peers, batch // m, device, group), params, optimizer,
+                     record, schedule=schedule, chunks=chunks, steps=steps, seed=seed, replica=replica,
+                     global_batch_size=global_batch_size, average=average)
+
+
+def run_stage(worker, data, stage: Stage, params: dict, optimizer, record: RankRecord, *, schedule: str,
+              chunks: int, steps: int, seed: int, replica: tuple[int, int], global_batch_size: int,
+              average=None) -> RankRecord:
+    """Lessons 06 and 07: train one built stage with the one loop: this pipeline's ``d``-th of ``D``
+    slices of every global batch (``replica=(d, D)``), the schedule's passes as its step.  Shared by
+    ``train_stage`` and the mesh's pipeline x tensor, whose stages split a block across ranks."""
+    p, m, rank, device = stage.p, record.config["micro_batches"], stage.rank, worker.device
+    d, batch = replica[0], global_batch_size // replica[1]
     run = Run(worker, data, data.x_train.to(device), data.y_train.to(device), params, None, optimizer, record)
     strategy = PipelineSchedule(stage, schedules.schedule(schedule, p, m, chunks)[rank], m, average)
     return train_steps(run, strategy, steps, lambda step: global_batch(data.n_train, 1, global_batch_size, step,
