@@ -1,0 +1,166 @@
+"""A small transformer that reads lines of handwriting: each digit, and whether the line checks out.
+
+Introduced in lesson 12 (long lines: splitting the heads and the sequence).  The model every
+later split is measured against, written plainly: pre-norm blocks (LayerNorm, multi-head
+attention, LayerNorm, MLP, each added back to the stream), attention as its three matrix
+products (scores, softmax, weighted values) rather than a fused call, so that splitting it by
+heads (tensor parallelism) or by the sequence (context parallelism) changes visible lines.
+
+``causal=True`` lets each token see only the tokens before it (a model that reads the line as it is
+written); then each digit is read at its last token.  The bidirectional model reads each digit as
+the mean of its tokens.  Either way the check digit's reading also says whether the line checks
+out: the check digit is where the line's two ends meet.
+Sizes scale by ``TransformerConfig``: ``d_model``, ``heads``, ``layers``, ``max_digits``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .lines import PIXELS_PER_TOKEN, TOKENS_PER_DIGIT, Lines
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Lesson 12: one place for the model's sizes (as nanoGPT's ``GPTConfig``)."""
+
+    d_model: int = 64
+    heads: int = 4
+    layers: int = 2
+    mlp_ratio: int = 4
+    max_digits: int = 32          # positions: max_digits * 16 tokens
+    causal: bool = False
+
+    def __post_init__(self):
+        for name in ("d_model", "heads", "layers", "mlp_ratio", "max_digits"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model {self.d_model} does not divide into {self.heads} heads")
+
+    @property
+    def positions(self) -> int:
+        return self.max_digits * TOKENS_PER_DIGIT
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Lesson 12: softmax(q kᵀ / √d) v, per head: (batch, heads, tokens, head size) in and out.
+
+    Written out (not ``scaled_dot_product_attention``): the scores are the (tokens x tokens)
+    matrix whose size grows with the square of the line, the reason long lines are split."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        t = q.shape[-2]
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+class Attention(nn.Module):
+    """Lesson 12: multi-head self-attention with separate Q, K, V projections (split by heads in
+    tensor parallelism: each rank keeps whole heads) and an output projection."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.heads, self.causal = cfg.heads, cfg.causal
+        self.q, self.k, self.v = (nn.Linear(cfg.d_model, cfg.d_model) for _ in range(3))
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        b, t, d = x.shape
+        return x.view(b, t, heads, d // heads).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.heads_here
+        q, k, v = (self.split_heads(proj(x), h) for proj in (self.q, self.k, self.v))
+        y = attention(q, k, v, self.causal)
+        return self.out(y.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
+
+    @property
+    def heads_here(self) -> int:
+        """How many heads this module computes (all of them; a tensor-parallel rank, its share)."""
+        return self.heads * self.q.out_features // self.q.in_features
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model)
+        self.fc2 = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Lesson 12: x + attention(LayerNorm(x)), then x + MLP(LayerNorm(x)) (pre-norm, as GPT-2)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(cfg.d_model), Attention(cfg)
+        self.ln2, self.mlp = nn.LayerNorm(cfg.d_model), MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class LineReader(nn.Module):
+    """Lesson 12: tokens (batch, k * 16, 4) in; each digit's logits (batch, k, 10) and the line's
+    valid/invalid logits (batch, 2) out."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Linear(PIXELS_PER_TOKEN, cfg.d_model)
+        self.pos = nn.Embedding(cfg.positions, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.digit_head = nn.Linear(cfg.d_model, 10)
+        self.check_head = nn.Linear(cfg.d_model, 2)
+
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, _ = tokens.shape
+        if t > self.cfg.positions:
+            raise ValueError(f"a line of {t} tokens is longer than the model's {self.cfg.positions} positions "
+                             f"(max_digits={self.cfg.max_digits})")
+        x = self.embed(tokens) + self.pos(torch.arange(t, device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.read_out(self.ln_f(x))
+
+    def read_out(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, d = x.shape
+        per_digit = x.view(b, t // TOKENS_PER_DIGIT, TOKENS_PER_DIGIT, d)
+        # causal: only a digit's last token has seen all of it
+        digits = per_digit[:, :, -1] if self.cfg.causal else per_digit.mean(dim=2)
+        return self.digit_head(digits), self.check_head(digits[:, -1])
+
+
+def build_transformer(cfg: TransformerConfig = TransformerConfig(), seed: int = 0,
+                      dtype=torch.float32) -> LineReader:
+    """Lesson 12: the model with weights drawn from ``seed`` (the same seed, the same model on every rank)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LineReader(cfg)
+    return model.to(dtype)
+
+
+def loss_and_accuracy(model: nn.Module, lines: Lines) -> tuple[torch.Tensor, float, float]:
+    """Lesson 12: the loss (each digit's cross-entropy plus the line's), the digit accuracy and the
+    check accuracy (chance: 0.1 and 0.5)."""
+    digit_logits, check_logits = model(lines.tokens)
+    loss = F.cross_entropy(digit_logits.flatten(0, 1), lines.digits.flatten()) + F.cross_entropy(check_logits,
+                                                                                                 lines.valid)
+    digit_acc = (digit_logits.argmax(-1) == lines.digits).float().mean().item()
+    check_acc = (check_logits.argmax(-1) == lines.valid).float().mean().item()
+    return loss, digit_acc, check_acc
+
+
+def describe(cfg: TransformerConfig) -> dict:
+    """The config as plain values (for records)."""
+    return asdict(cfg)
