@@ -54,12 +54,13 @@ def parse_value(text: str):
         return text
 
 
-def parse_assignment(item: str, example: str = "training.lr=0.05") -> tuple[list[str], object]:
+def parse_assignment(item: str, form: str = "section.key=value",
+                     example: str = "training.lr=0.05") -> tuple[list[str], object]:
     """Lessons 02 and 09: ``a.b=value`` as (``["a", "b"]``, the value).  The one ``key=value`` parser:
     ``--set`` overrides of a run config and the arguments of a job started from a terminal."""
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"{item!r}: write it as key=value, e.g. {example}")
+        raise ConfigError(f"{item!r}: write it as {form}, e.g. {example}")
     return key.strip().split("."), parse_value(value)
 
 
@@ -81,7 +82,7 @@ def parse_kwargs(pairs: list[str]) -> dict:
     """Lesson 02: ``["steps=50", "method=ddp"]`` as ``{"steps": 50, "method": "ddp"}`` (a terminal's job)."""
     kwargs = {}
     for pair in pairs:
-        parts, value = parse_assignment(pair, example="steps=50")
+        parts, value = parse_assignment(pair, form="key=value", example="steps=50")
         if len(parts) != 1:
             raise ConfigError(f"{pair!r}: a function's argument has no sections (no dots before the =)")
         kwargs[parts[0]] = value
