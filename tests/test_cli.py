@@ -3,6 +3,7 @@ import os
 import socket
 import subprocess
 import sys
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -10,12 +11,37 @@ import torch
 import distlab
 from distlab.cluster import config as cfg
 from distlab.cluster import run
+from helpers import children
 
 CLI = [sys.executable, "-m", "distlab.cli"]
 
 
 def distlab_cli(*args, cwd=None, timeout=300):
     return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+class Said(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli_here(capsys):
+    """The same command through ``cli.main`` in this process, for what only reads or refuses a config:
+    what the command prints and returns, without the 3-10 s of a new Python's imports per call (issue 25).
+    The tests that start ranks, and one --help, still run ``python -m distlab.cli`` itself."""
+    from distlab import cli
+
+    def call(*args) -> Said:
+        capsys.readouterr()
+        try:
+            code = cli.main(list(args))
+        except SystemExit as stop:                     # argparse: --help (0), a usage error (2)
+            code = stop.code if isinstance(stop.code, int) else 0
+        said = capsys.readouterr()
+        return Said(code, said.out, said.err)
+    return call
 
 
 def small(tmp_path, **launch):
@@ -42,12 +68,12 @@ def test_distlab_run_trains_what_the_notebook_launcher_trains(tmp_path, backend)
         assert mine.losses == theirs.losses
 
 
-def test_set_overrides_and_dry_run(tmp_path):
+def test_set_overrides_and_dry_run(tmp_path, cli_here):
     path = small(tmp_path)
-    out = distlab_cli("run", path, "--set", "launch.processes_per_node=4", "--dry-run")
+    out = cli_here("run", path, "--set", "launch.processes_per_node=4", "--dry-run")
     assert out.returncode == 0, out.stderr
     assert "--nproc-per-node=4" in out.stdout and "distlab.processes.config_rank" in out.stdout
-    check = distlab_cli("check", path, "--set", "training.lr=0.05")
+    check = cli_here("check", path, "--set", "training.lr=0.05")
     assert check.returncode == 0 and "lr: 0.05" in check.stdout and "valid; 2 ranks" in check.stdout
 
 
@@ -62,9 +88,11 @@ def test_set_overrides_and_dry_run(tmp_path):
     (["--set", "parallel.strategy=pipeline", "--set", "parallel.method=ddp", "--set", "parallel.pipeline=3"],
      "parallel.pipeline 3 contradicts the ranks"),
 ])
-def test_bad_input_exits_2_with_one_clear_message_and_starts_nothing(tmp_path, args, message):
+def test_bad_input_exits_2_with_one_clear_message_and_starts_nothing(tmp_path, args, message, cli_here):
     path = small(tmp_path)
-    out = distlab_cli("run", path, *args)
+    before = children()
+    out = cli_here("run", path, *args)
+    assert children() == before, "nothing may start for a bad config"
     assert out.returncode == 2, out.stdout + out.stderr
     assert message in out.stderr
     assert not os.path.exists(tmp_path / "runs" / "cli"), "nothing may start for a bad config"
@@ -81,20 +109,20 @@ def test_a_failed_run_exits_1_naming_the_problem(tmp_path):
     assert "distlab run: failed" in out.stdout
 
 
-def test_help_doctor_and_bench():
-    top = distlab_cli("--help")
+def test_help_doctor_and_bench(cli_here):
+    top = distlab_cli("--help")                                       # the module's own entry point
     assert top.returncode == 0 and all(c in top.stdout for c in ("run", "check", "job", "doctor", "bench"))
     from distlab.parallel.registry import STRATEGIES
 
     assert "configs/" in top.stdout and all(f"  {name} " in top.stdout for name in STRATEGIES)   # from the registry
     for command in ("run", "check", "job", "doctor", "bench"):
-        assert distlab_cli(command, "--help").returncode == 0
-    assert distlab_cli().returncode == 2                              # no command: usage, exit 2
-    listed = distlab_cli("bench")
+        assert cli_here(command, "--help").returncode == 0
+    assert cli_here().returncode == 2                                 # no command: usage, exit 2
+    listed = cli_here("bench")
     assert listed.returncode == 0 and "scaling" in listed.stdout and "binder" in listed.stdout
-    unknown = distlab_cli("bench", "nope")
+    unknown = cli_here("bench", "nope")
     assert unknown.returncode == 2 and "no benchmark 'nope'" in unknown.stderr
-    doctor = distlab_cli("doctor", "--json")
+    doctor = cli_here("doctor", "--json")
     assert doctor.returncode == 0 and '"cpu_cores"' in doctor.stdout
 
 
@@ -127,19 +155,19 @@ def test_the_report_reads_whole_error_files_only(tmp_path):
     assert "rank 1 failed: ValueError: boom" in out.getvalue() and "rank 0" not in out.getvalue()
 
 
-def test_job_names_every_target_and_vertex_takes_its_machine(tmp_path):
+def test_job_names_every_target_and_vertex_takes_its_machine(tmp_path, cli_here):
     """`distlab job` lists its four targets; Vertex AI's machine and GPU come from the command line."""
     import yaml
 
-    helped = distlab_cli("job", "--help")
+    helped = cli_here("job", "--help")
     assert helped.returncode == 0 and "azureml, slurm, k8s or vertex" in helped.stdout
     path = small(tmp_path, device="cuda", processes_per_node=8, image="registry.example/distlab:0.1")
-    out = distlab_cli("job", "vertex", path, "--set", "training.global_batch_size=64",
+    out = cli_here("job", "vertex", path, "--set", "training.global_batch_size=64",
                       "--machine-type", "a3-ultragpu-8g", "--accelerator-type", "NVIDIA_H200_141GB")
     assert out.returncode == 0, out.stderr
     machine = yaml.safe_load(out.stdout)["workerPoolSpecs"][0]["machineSpec"]
     assert machine == {"machineType": "a3-ultragpu-8g", "acceleratorType": "NVIDIA_H200_141GB",
                        "acceleratorCount": 8}
-    cpu = distlab_cli("job", "vertex", path, "--set", "launch.device=cpu", "--set", "training.global_batch_size=64",
+    cpu = cli_here("job", "vertex", path, "--set", "launch.device=cpu", "--set", "training.global_batch_size=64",
                       "--accelerator-type", "NVIDIA_H200_141GB")
     assert cpu.returncode == 2 and "launch.device is not cuda" in cpu.stderr
