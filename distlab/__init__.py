@@ -20,7 +20,8 @@ The package is laid out by role; every module names the lesson that introduces i
                   TensorBoard), watching those files from outside, saving and resuming every
                   rank's state, failing on purpose, and Horovod's own timeline of its collectives
 - ``course/``     the exercises' checkers and the learner's stored results (lessons 00-11)
-- ``sequence/``   lines of handwriting and the small transformer that reads them (lesson 12, in the making)
+- ``sequence/``   lines of handwriting, the small transformer that reads them, and its blocks split
+                  across ranks by heads and hidden units (lesson 12, in the making)
 - ``widgets/``    the lessons' pictures, drawn only from records
 - ``doctor``, ``cli``   what this machine can do (lesson 00), and ``distlab`` in a terminal
 """

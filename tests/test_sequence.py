@@ -76,3 +76,38 @@ def test_it_learns_to_read_the_digits_on_one_process(data, causal):
     with torch.no_grad():
         _, digits, _ = loss_and_accuracy(model, L.test_lines(data, 256, 3))
     assert digits > 0.3, digits
+
+
+TP = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=20, lr=3e-3, seed=0)
+
+
+@pytest.fixture(scope="module")
+def one_process():
+    from distlab.sequence import training
+
+    return training.train_single(**TP)
+
+
+@pytest.mark.parametrize("backend,ranks", [("torchrun", 2), ("torchrun", 4),
+                                           pytest.param("horovod", 2, marks=pytest.mark.horovod)])
+def test_heads_split_across_ranks_train_like_one_process(one_process, backend, ranks, warm_ranks):
+    """Issue 28: tensor parallelism on the transformer by hand, on real ranks (torchrun, and Horovod
+    process sets): after 20 Adam steps every parameter equals one process's within 1e-5."""
+    import distlab
+    from distlab.sequence import tensor_parallel, training
+
+    records = distlab.launch(training.train, ranks, backend=backend, progress="none", **TP)
+    merged = tensor_parallel.merge_params([r.params for r in records])
+    assert distlab.max_param_difference(merged, one_process.params) <= 1e-5
+    assert all(r.losses == records[0].losses for r in records)             # one model, one loss
+    tokens = TP["digits"] * 16
+    assert records[0].traffic == tensor_parallel.predicted_bytes(TP["global_batch_size"], tokens, TP["d_model"],
+                                                                 TP["layers"])
+
+
+def test_heads_that_do_not_share_out_are_refused_before_anything_starts():
+    import distlab
+    from distlab.sequence import training
+
+    with pytest.raises(ValueError, match="4 attention heads do not share out among 3"):
+        distlab.launch(training.train, 3, progress="none", **TP)

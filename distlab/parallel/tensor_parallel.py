@@ -86,6 +86,16 @@ class _SumPartials(torch.autograd.Function):
         return grad, None, None
 
 
+def copy_to_slices(x, worker, group, traffic: Traffic):
+    """Megatron's ``f`` on ``x`` (lessons 07 and 12): where a split region begins."""
+    return _CopyToSlices.apply(x, (worker, group), traffic)
+
+
+def sum_partials(partial, worker, group, traffic: Traffic):
+    """Megatron's ``g`` on ``partial`` (lessons 07 and 12): where a split region ends."""
+    return _SumPartials.apply(partial, (worker, group), traffic)
+
+
 class ColumnParallelLinear(nn.Module):
     """Lesson 07: this rank's output features of ``linear`` (rows ``r*w/t .. (r+1)*w/t``, where
     ``r`` is the rank's place in the tensor ``group`` and ``t`` its size).  The all-reduces go

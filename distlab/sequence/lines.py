@@ -57,32 +57,57 @@ def to_tokens(images: torch.Tensor) -> torch.Tensor:
     return patches.reshape(b, k * TOKENS_PER_DIGIT, PIXELS_PER_TOKEN)
 
 
-def make_lines(images: torch.Tensor, labels: torch.Tensor, batch: int, k: int, *, seed: int, step: int,
+def make_lines(images: torch.Tensor, labels: torch.Tensor, idx: torch.Tensor, k: int, *, seed: int,
                invalid_fraction: float = 0.5) -> Lines:
-    """Lesson 12: ``batch`` lines of ``k`` digits drawn from ``images`` (n, 1, 8, 8) with ``labels``.
+    """Lesson 12: lines number ``idx`` of ``k`` digits, drawn from ``images`` (n, 1, 8, 8) with ``labels``.
 
-    The first ``k - 1`` digits are drawn at random; the last is an image of the right check digit,
-    or, for ``invalid_fraction`` of the lines, of any other digit.  The same ``(seed, step)``
-    gives the same batch on every rank."""
+    Line ``i`` is made by a generator seeded with ``(seed, i)`` alone: the first ``k - 1`` digits at
+    random, then an image of the right check digit or, for ``invalid_fraction`` of the lines, of any
+    other digit.  So a line is known by its number, as a sample is by its index: ranks that share
+    out the numbers of a batch train on exactly the lines one process would."""
     if k < 2:
         raise ValueError(f"a line needs at least 2 digits (k - 1 digits and a check digit), got k={k}")
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     by_label = [torch.nonzero(labels == d).flatten() for d in range(10)]
-    first = torch.randint(len(labels), (batch, k - 1), generator=g)
-    right = check_digit(labels[first])
-    valid = (torch.rand(batch, generator=g) >= invalid_fraction).long()
-    wrong = (right + torch.randint(1, 10, (batch,), generator=g)) % 10       # any digit but the right one
-    last_label = torch.where(valid.bool(), right, wrong)
-    last = torch.stack([by_label[d][torch.randint(len(by_label[d]), (1,), generator=g)] for d in last_label.tolist()])
-    chosen = torch.cat([first, last], dim=1)
-    return Lines(to_tokens(images[chosen].squeeze(2)), labels[chosen], valid)
+    chosen, valid = [], []
+    for i in idx.tolist():
+        g = torch.Generator().manual_seed(seed * 1_000_003 + i)
+        first = torch.randint(len(labels), (k - 1,), generator=g)
+        right = int(check_digit(labels[first]))
+        ok = bool(torch.rand((), generator=g) >= invalid_fraction)
+        want = right if ok else (right + int(torch.randint(1, 10, (), generator=g))) % 10   # any other digit
+        pool = by_label[want]
+        chosen.append(torch.cat([first, pool[torch.randint(len(pool), (1,), generator=g)]]))
+        valid.append(int(ok))
+    chosen = torch.stack(chosen)
+    return Lines(to_tokens(images[chosen].squeeze(2)), labels[chosen], torch.tensor(valid))
 
 
 def train_lines(data: Digits, batch: int, k: int, *, seed: int, step: int) -> Lines:
-    """Lesson 12: step ``step``'s batch of lines, made from the training digits."""
-    return make_lines(data.x_train, data.y_train, batch, k, seed=seed, step=step)
+    """Lesson 12: step ``step``'s batch of lines (numbers ``step * batch`` onwards), from the training digits."""
+    return make_lines(data.x_train, data.y_train, torch.arange(step * batch, (step + 1) * batch), k, seed=seed)
 
 
 def test_lines(data: Digits, batch: int, k: int, seed: int = 0) -> Lines:
     """Lesson 12: a fixed batch of lines made from the test digits (never seen in training)."""
-    return make_lines(data.x_test, data.y_test, batch, k, seed=seed + 7919, step=0)
+    return make_lines(data.x_test, data.y_test, torch.arange(batch), k, seed=seed + 7919)
+
+
+def targets(lines: Lines) -> torch.Tensor:
+    """Each line's digits and, last, whether it checks out: (batch, k + 1), one tensor to move about."""
+    return torch.cat([lines.digits, lines.valid[:, None]], dim=1)
+
+
+class LineData:
+    """Lesson 12: the lines as the one loop's data (``loop.Run.batch`` asks ``train_batch(idx)``).
+
+    The training set has no end: ``idx`` are line numbers.  The test lines are made once, from
+    the test digits."""
+
+    def __init__(self, digits: Digits, k: int, seed: int, test_size: int = 256):
+        self.digits, self.k, self.seed = digits, k, seed
+        test = test_lines(digits, test_size, k, seed)
+        self.x_test, self.y_test = test.tokens, targets(test)
+
+    def train_batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lines = make_lines(self.digits.x_train, self.digits.y_train, idx.cpu(), self.k, seed=self.seed)
+        return lines.tokens, targets(lines)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .lines import PIXELS_PER_TOKEN, TOKENS_PER_DIGIT, Lines
+from .lines import PIXELS_PER_TOKEN, TOKENS_PER_DIGIT, Lines, targets
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,10 @@ class Attention(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.heads, self.causal = cfg.heads, cfg.causal
-        self.q, self.k, self.v = (nn.Linear(cfg.d_model, cfg.d_model) for _ in range(3))
+        # no bias on K: it would add q.b to every score of a query alike, which softmax ignores, so its
+        # gradient is zero but for rounding (and Adam would turn that rounding into real steps)
+        self.q, self.v = nn.Linear(cfg.d_model, cfg.d_model), nn.Linear(cfg.d_model, cfg.d_model)
+        self.k = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
     def split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -150,15 +153,20 @@ def build_transformer(cfg: TransformerConfig = TransformerConfig(), seed: int = 
     return model.to(dtype)
 
 
-def loss_and_accuracy(model: nn.Module, lines: Lines) -> tuple[torch.Tensor, float, float]:
+def line_loss(digit_logits: torch.Tensor, check_logits: torch.Tensor,
+              targets: torch.Tensor) -> tuple[torch.Tensor, float, float]:
     """Lesson 12: the loss (each digit's cross-entropy plus the line's), the digit accuracy and the
-    check accuracy (chance: 0.1 and 0.5)."""
-    digit_logits, check_logits = model(lines.tokens)
-    loss = F.cross_entropy(digit_logits.flatten(0, 1), lines.digits.flatten()) + F.cross_entropy(check_logits,
-                                                                                                 lines.valid)
-    digit_acc = (digit_logits.argmax(-1) == lines.digits).float().mean().item()
-    check_acc = (check_logits.argmax(-1) == lines.valid).float().mean().item()
+    check accuracy (chance: 0.1 and 0.5); ``targets`` as ``lines.targets`` makes them."""
+    digits, valid = targets[:, :-1], targets[:, -1]
+    loss = F.cross_entropy(digit_logits.flatten(0, 1), digits.flatten()) + F.cross_entropy(check_logits, valid)
+    digit_acc = (digit_logits.argmax(-1) == digits).float().mean().item()
+    check_acc = (check_logits.argmax(-1) == valid).float().mean().item()
     return loss, digit_acc, check_acc
+
+
+def loss_and_accuracy(model: nn.Module, lines: Lines) -> tuple[torch.Tensor, float, float]:
+    """Lesson 12: ``line_loss`` of ``model`` on a batch of lines."""
+    return line_loss(*model(lines.tokens), targets(lines))
 
 
 def describe(cfg: TransformerConfig) -> dict:

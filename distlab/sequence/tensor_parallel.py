@@ -1,0 +1,117 @@
+"""Tensor parallelism on the transformer, by hand: attention split by heads, the MLP by its hidden units.
+
+Introduced in lesson 12 (long lines: splitting the heads and the sequence), after lesson 07
+split one MLP block.  A transformer block has two regions to split, each between Megatron's two
+operators (``parallel.tensor_parallel.copy_to_slices`` is ``f``, ``sum_partials`` is ``g``;
+Shoeybi et al. 2019, figure 3):
+
+* **attention**: heads are independent, so each rank keeps whole heads: its rows of Q, K and V
+  (column-parallel, from the whole input) and the matching columns of the output projection
+  (row-parallel: each rank's heads give a partial sum of the output);
+* **MLP**: the first layer column-parallel (each rank its hidden units), GELU on each unit
+  alone, the second row-parallel.
+
+So each region costs one all-reduce forward (``g``, the partial sums) and one backward (``f``,
+the input's gradient), and the LayerNorms, embeddings and heads stay whole on every rank: they
+see the same activations and get the same gradients, so they stay equal without talking.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..parallel.tensor_parallel import Traffic, copy_to_slices, sum_partials
+from .transformer import MLP, Attention, LineReader, attention
+
+# how each split parameter is cut (the dimension its slices are laid along); the rest is whole everywhere
+SPLIT = {"attn.q.weight": 0, "attn.q.bias": 0, "attn.k.weight": 0,
+         "attn.v.weight": 0, "attn.v.bias": 0, "attn.out.weight": 1,
+         "mlp.fc1.weight": 0, "mlp.fc1.bias": 0, "mlp.fc2.weight": 1}
+
+
+def check_heads(heads: int, mlp_units: int, size: int) -> None:
+    """Lesson 12: whole heads and whole hidden units must share out evenly among the ranks."""
+    if heads % size:
+        raise ValueError(f"{heads} attention heads do not share out among {size} tensor-parallel ranks: "
+                         f"use a number of heads that is a multiple of {size}")
+    if mlp_units % size:
+        raise ValueError(f"the MLP's {mlp_units} hidden units do not share out among {size} ranks")
+
+
+def _rows(linear: nn.Linear, rank: int, size: int) -> nn.Linear:
+    """This rank's output features of ``linear`` (column-parallel: no communication to compute them)."""
+    n = linear.out_features // size
+    part = nn.Linear(linear.in_features, n, bias=linear.bias is not None)
+    part.weight = nn.Parameter(linear.weight.detach()[rank * n:(rank + 1) * n].clone())
+    if linear.bias is not None:
+        part.bias = nn.Parameter(linear.bias.detach()[rank * n:(rank + 1) * n].clone())
+    return part
+
+
+def _columns(linear: nn.Linear, rank: int, size: int) -> nn.Linear:
+    """This rank's input features of ``linear`` (row-parallel); the bias stays whole, added once after the sum."""
+    n = linear.in_features // size
+    part = nn.Linear(n, linear.out_features)
+    part.weight = nn.Parameter(linear.weight.detach()[:, rank * n:(rank + 1) * n].clone())
+    part.bias = nn.Parameter(linear.bias.detach().clone())
+    return part
+
+
+class HeadsAttention(Attention):
+    """Lesson 12: this rank's heads of ``attn``: f, its Q/K/V rows, attention on its heads, its columns
+    of the output projection, g, then the bias."""
+
+    def __init__(self, attn: Attention, worker, group, traffic: Traffic):
+        nn.Module.__init__(self)
+        rank, size = group.index(worker.rank), len(group)
+        self.heads, self.causal = attn.heads, attn.causal
+        self.q, self.k, self.v = (_rows(p, rank, size) for p in (attn.q, attn.k, attn.v))
+        self.out = _columns(attn.out, rank, size)
+        self.comm, self.traffic = (worker, group), traffic
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = copy_to_slices(x, *self.comm, self.traffic)
+        h = self.heads_here
+        q, k, v = (self.split_heads(proj(x), h) for proj in (self.q, self.k, self.v))
+        y = attention(q, k, v, self.causal).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+        return sum_partials(F.linear(y, self.out.weight), *self.comm, self.traffic) + self.out.bias
+
+
+class UnitsMLP(MLP):
+    """Lesson 12: this rank's hidden units of ``mlp``: f, its rows of fc1, GELU, its columns of fc2, g, bias."""
+
+    def __init__(self, mlp: MLP, worker, group, traffic: Traffic):
+        nn.Module.__init__(self)
+        rank, size = group.index(worker.rank), len(group)
+        self.fc1, self.fc2 = _rows(mlp.fc1, rank, size), _columns(mlp.fc2, rank, size)
+        self.comm, self.traffic = (worker, group), traffic
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc1(copy_to_slices(x, *self.comm, self.traffic)))
+        return sum_partials(F.linear(h, self.fc2.weight), *self.comm, self.traffic) + self.fc2.bias
+
+
+def split_model(model: LineReader, worker, group, traffic: Traffic) -> LineReader:
+    """Lesson 12: every block of ``model`` split across the ranks of ``group``, in place."""
+    cfg = model.cfg
+    check_heads(cfg.heads, cfg.mlp_ratio * cfg.d_model, len(group))
+    for block in model.blocks:
+        block.attn = HeadsAttention(block.attn, worker, group, traffic)
+        block.mlp = UnitsMLP(block.mlp, worker, group, traffic)
+    return model
+
+
+def merge_params(per_rank: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Lesson 12: the whole model's parameters from every rank's slices (in the group's order)."""
+    def cut(name):
+        return next((dim for suffix, dim in SPLIT.items() if name.endswith(suffix)), None)
+    return {name: torch.cat([p[name] for p in per_rank], dim=cut(name)) if cut(name) is not None
+            else per_rank[0][name] for name in per_rank[0]}
+
+
+def predicted_bytes(batch: int, tokens: int, d_model: int, layers: int, itemsize: int = 4) -> dict[str, int]:
+    """Lesson 12: what each rank all-reduces per step: per block, two regions, each one activation of
+    ``batch x tokens x d_model`` numbers forward (g) and one backward (f)."""
+    one = batch * tokens * d_model * itemsize
+    return {"forward": 2 * layers * one, "backward": 2 * layers * one}
