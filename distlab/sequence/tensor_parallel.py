@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..parallel.tensor_parallel import Traffic, copy_to_slices, sum_partials
-from .transformer import MLP, Attention, LineReader, attention
+from .transformer import MLP, Attention, LineReader
 
 # how each split parameter is cut (the dimension its slices are laid along); the rest is whole everywhere
 SPLIT = {"attn.q.weight": 0, "attn.q.bias": 0, "attn.k.weight": 0,
@@ -71,10 +71,7 @@ class HeadsAttention(Attention):
         self.comm, self.traffic = (worker, group), traffic
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = copy_to_slices(x, *self.comm, self.traffic)
-        h = self.heads_here
-        q, k, v = (self.split_heads(proj(x), h) for proj in (self.q, self.k, self.v))
-        y = attention(q, k, v, self.causal).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+        y = self.mix(copy_to_slices(x, *self.comm, self.traffic))          # this rank's heads only
         return sum_partials(F.linear(y, self.out.weight), *self.comm, self.traffic) + self.out.bias
 
 
@@ -88,7 +85,7 @@ class UnitsMLP(MLP):
         self.comm, self.traffic = (worker, group), traffic
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.gelu(self.fc1(copy_to_slices(x, *self.comm, self.traffic)))
+        h = self.hidden(copy_to_slices(x, *self.comm, self.traffic))       # this rank's units only
         return sum_partials(F.linear(h, self.fc2.weight), *self.comm, self.traffic) + self.fc2.bias
 
 

@@ -78,10 +78,13 @@ class Attention(nn.Module):
         return x.view(b, t, heads, d // heads).transpose(1, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.mix(x))
+
+    def mix(self, x: torch.Tensor) -> torch.Tensor:
+        """Every head's attention on ``x``, the heads side by side: all but the output projection."""
         h = self.heads_here
         q, k, v = (self.split_heads(proj(x), h) for proj in (self.q, self.k, self.v))
-        y = attention(q, k, v, self.causal)
-        return self.out(y.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
+        return attention(q, k, v, self.causal).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
 
     @property
     def heads_here(self) -> int:
@@ -96,7 +99,10 @@ class MLP(nn.Module):
         self.fc2 = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x)))
+        return self.fc2(self.hidden(x))
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.fc1(x))
 
 
 class Block(nn.Module):
