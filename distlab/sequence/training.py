@@ -30,7 +30,7 @@ class ReadLines(Strategy):
     With the blocks split, the all-reduces happen inside forward and backward (``Traffic`` counts them)."""
 
     def __init__(self, traffic: Traffic | None = None):
-        self.traffic, self.per_step = traffic, []
+        self.traffic, self.last_step = traffic, {}     # last_step: the bytes the latest step all-reduced
 
     def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = time.time()
@@ -41,7 +41,7 @@ class ReadLines(Strategy):
         t_compute_end = time.time()
         run.optimizer.step()
         if self.traffic:
-            self.per_step.append({k: v - before[k] for k, v in self.traffic.bytes.items()})
+            self.last_step = {k: v - before[k] for k, v in self.traffic.bytes.items()}
         return Done(loss.item(), digits, t_start, t_compute_end)
 
     @torch.no_grad()
@@ -85,7 +85,7 @@ def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr
     strategy = ReadLines(traffic)
     record = train_steps(run, strategy, steps,
                          lambda step: torch.arange(step * global_batch_size, (step + 1) * global_batch_size))
-    record.traffic = dict(strategy.per_step[-1]) if strategy.per_step else {}
+    record.traffic = dict(strategy.last_step)
     return record
 
 
