@@ -111,3 +111,73 @@ def test_heads_that_do_not_share_out_are_refused_before_anything_starts():
 
     with pytest.raises(ValueError, match="4 attention heads do not share out among 3"):
         distlab.launch(training.train, 3, progress="none", **TP)
+
+
+# ---- context parallelism: the line split along the sequence --------------------------------------
+@pytest.fixture(scope="module")
+def one_process_causal():
+    from distlab.sequence import training
+
+    return training.train_single(**dict(TP, causal=True))
+
+
+CP_RUNS = {   # ranks, settings: every way the line can be split, and its compositions
+    "ring-2": (2, dict(context=2, attention="ring")),
+    "ring-causal-4": (4, dict(context=4, attention="ring", causal=True)),
+    "ring-zigzag-causal-4": (4, dict(context=4, attention="ring", split="zigzag", causal=True)),
+    "all_gather-zigzag-causal-2": (2, dict(context=2, attention="all_gather", split="zigzag", causal=True)),
+    "context-x-data-4": (4, dict(context=2, data=2, attention="ring", split="zigzag", causal=True)),
+    "context-x-tensor-4": (4, dict(context=2, tensor=2, attention="ring", causal=True)),
+}
+
+
+@pytest.mark.parametrize("name", CP_RUNS)
+def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_process_causal, name, warm_ranks):
+    """Issue 28: context parallelism by hand (K and V gathered, or passed round the ring with the
+    online-softmax merge, forward and backward; contiguous or zig-zag pieces), alone and with data or
+    tensor parallelism: after 20 Adam steps every parameter equals one process's within 1e-5."""
+    import distlab
+    from distlab.sequence import tensor_parallel
+
+    ranks, settings = CP_RUNS[name]
+    from distlab.sequence import training
+
+    records = distlab.launch(training.train, ranks, progress="none", **dict(TP, **settings))
+    reference = one_process_causal if settings.get("causal") else one_process
+    tensor = records[0].config["mesh"]["tensor"]
+    for first in range(0, ranks, tensor):                      # each tensor group's slices, merged
+        merged = tensor_parallel.merge_params([r.params for r in records[first:first + tensor]])
+        difference = distlab.max_param_difference(merged, reference.params)
+        print(f"\nCP {name}, ranks {first}-{first + tensor - 1}: max |parameter difference| = {difference:.2e}")
+        assert difference <= 1e-5
+    ring = records[0].ring
+    if settings["attention"] == "ring":       # n - 1 hops forward, n back (the last carries gradients only)
+        n = settings["context"]
+        hops = [(m["phase"], m["hop"]) for m in ring["log"]]
+        assert hops == [("forward", h) for layer in range(TP["layers"]) for h in range(n - 1)] + \
+                       [("backward", h) for layer in range(TP["layers"]) for h in range(n)]
+
+
+@pytest.mark.parametrize("ranks, settings, match", [
+    (3, dict(context=3, digits=2), "a line of 32 tokens does not cut into 3 equal pieces, one per rank"),
+    (4, dict(context=2, tensor=2, heads=3, d_model=30), "3 attention heads do not share out among 2"),
+    (3, dict(context=3, digits=2, split="zigzag"),
+     "a line of 32 tokens does not cut into an even number of equal chunks, two per rank \\(6 for 3 ranks\\)"),
+    (2, dict(context=2, split="spiral"), "unknown split 'spiral'"),
+    (2, dict(context=2, attention="ulysses"), "unknown context-parallel attention 'ulysses'"),
+    (4, dict(context=2, data=3), "does not match the world size 4"),
+    (4, dict(context=2, data=2, global_batch_size=15), "global_batch_size 15 does not divide among 2 data"),
+    (2, dict(context=2, backend="horovod"), "ring attention passes K and V to the next rank point to point"),
+])
+def test_a_line_that_cannot_be_split_is_refused_before_anything_starts(ranks, settings, match):
+    """Issue 28's bad input: a line that does not cut into the pieces asked for (zig-zag: two chunks a
+    rank), an unknown split or attention, a mesh that is not the job, a batch the replicas cannot share,
+    ring attention on Horovod (no point-to-point): refused by ``launch`` before any process starts."""
+    import distlab
+    from distlab.sequence import training
+    from helpers import children
+
+    before = children()
+    with pytest.raises(ValueError, match=match):
+        distlab.launch(training.train, ranks, progress="none", **dict(TP, **settings))
+    assert children() - before == set()

@@ -74,6 +74,9 @@ class HorovodWorker(Worker):
     def recv(self, tensor, src):
         raise RuntimeError(NO_POINT_TO_POINT)
 
+    def exchange(self, outgoing, dst, incoming, src):
+        raise RuntimeError(NO_POINT_TO_POINT)
+
     def barrier(self):
         # An all-reduce of nothing: no rank can finish it before every rank has started it.
         self._wait(self.hvd.allreduce_async_(torch.zeros(1), op=self.hvd.Sum), "barrier")

@@ -89,6 +89,12 @@ class TorchWorker(Worker):
         dist.irecv(tensor, src).wait(timedelta(seconds=self.timeout))
         return tensor
 
+    def exchange(self, outgoing, dst, incoming, src):
+        works = [dist.isend(outgoing.contiguous(), dst), dist.irecv(incoming, src)]
+        for work in works:
+            work.wait(timedelta(seconds=self.timeout))
+        return incoming
+
     def barrier(self):
         dist.barrier()
 

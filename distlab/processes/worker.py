@@ -12,6 +12,7 @@ module is the *interface*; each launch backend implements it in a module of its 
 ``reduce_scatter``     ``dist.reduce_scatter_tensor``              ``hvd.reducescatter_async``
 ``all_to_all``         ``dist.all_to_all_single``                  ``hvd.alltoall_async``
 ``send``/``recv``      ``dist.isend``/``dist.irecv``               none: Horovod has no point-to-point
+``exchange``           ``dist.isend`` and ``dist.irecv`` at once    none (lesson 12's ring needs it)
 ``new_group``          ``dist.new_group``                          ``hvd.add_process_set``
 ``barrier``            ``dist.barrier``                            an all-reduce of nothing
 ``data_parallel``      ``DistributedDataParallel``                 ``hvd.DistributedOptimizer``
@@ -163,6 +164,12 @@ class Worker:
 
     def recv(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
         """Point-to-point: fill ``tensor`` with what rank ``src`` sends."""
+        raise NotImplementedError
+
+    def exchange(self, outgoing: torch.Tensor, dst: int, incoming: torch.Tensor, src: int) -> torch.Tensor:
+        """Lesson 12: send ``outgoing`` to rank ``dst`` while filling ``incoming`` from rank ``src``.
+        Both start before either is waited for: in a ring where every rank first sent and only then
+        received, each could wait for a neighbour that is itself waiting (lesson 03)."""
         raise NotImplementedError
 
     def barrier(self) -> None:

@@ -3,5 +3,7 @@
 - ``lines``        lines of handwritten digits with a check digit, made on each rank from the real digits
 - ``transformer``  the small transformer that reads them (pre-norm blocks, attention written out)
 - ``tensor_parallel``  its blocks split across ranks by hand: attention by heads, the MLP by hidden units
+- ``context_parallel``  the line split along the sequence: K/V all-gathered, or passed round a ring
+  (online softmax, forward and backward by hand), in contiguous or zig-zag pieces
 - ``training``     training it with the one loop, on one process or split (``train``, ``train_single``)
 """

@@ -14,34 +14,45 @@ import time
 import torch
 
 from ..data import load_digits
-from ..parallel.loop import Done, Run, Strategy, check_settings, train_steps
-from ..parallel.named_mesh import Mesh
+from ..parallel.loop import Done, Run, Strategy, train_steps
+from ..parallel.named_mesh import Mesh, check_mesh
 from ..parallel.tensor_parallel import Traffic, check_backend
-from ..processes.checks import check_int
+from ..processes.checks import check_int, check_positive
 from ..processes.worker import Worker
 from ..records import RankRecord
+from . import context_parallel as cp
 from . import tensor_parallel as tp
 from .lines import LineData
 from .transformer import TransformerConfig, build_transformer, describe, line_loss
 
 
 class ReadLines(Strategy):
-    """Lesson 12: one step of the line reader: forward, the two-part loss, backward, Adam's update.
+    """Lesson 12: one step of the line reader: forward, the two-part loss, backward, the gradients
+    made whole (``sync``: summed over the context group, averaged over the data group), Adam's update.
     With the blocks split, the all-reduces happen inside forward and backward (``Traffic`` counts them)."""
 
-    def __init__(self, traffic: Traffic | None = None):
-        self.traffic, self.last_step = traffic, {}     # last_step: the bytes the latest step all-reduced
+    def __init__(self, traffic: Traffic | None = None, piece=None, sync=None):
+        self.traffic, self.piece, self.sync = traffic, piece, sync
+        self.last_step = {}     # the bytes the latest step all-reduced inside the blocks
+        self.last_ring = {}     # and, split along the sequence, its messages and attention time
 
     def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = time.time()
         before = dict(self.traffic.bytes) if self.traffic else {}
+        if self.piece is not None:
+            self.piece.new_step()
         loss, digits, _ = line_loss(*run.net(x), y)
         run.optimizer.zero_grad()
         loss.backward()
         t_compute_end = time.time()
+        if self.sync is not None:
+            self.sync()
         run.optimizer.step()
         if self.traffic:
             self.last_step = {k: v - before[k] for k, v in self.traffic.bytes.items()}
+        if self.piece is not None:
+            self.last_ring = {"bytes": dict(self.piece.bytes), "log": list(self.piece.log),
+                              "attention_seconds": self.piece.work}
         return Done(loss.item(), digits, t_start, t_compute_end)
 
     @torch.no_grad()
@@ -57,50 +68,94 @@ class ReadLines(Strategy):
 
 def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "cpu", d_model: int = 64,
                   heads: int = 4, layers: int = 2, digits: int = 4, global_batch_size: int = 32,
-                  steps: int = 20, lr: float = 3e-3, seed: int = 0, causal: bool = False) -> None:
-    """Lesson 12: the settings of a tensor-parallel line reader, checked before any process starts."""
+                  steps: int = 20, lr: float = 3e-3, seed: int = 0, causal: bool = False, data: int = 1,
+                  context: int = 1, tensor: int | None = None, attention: str = "ring",
+                  split: str = "contiguous") -> None:
+    """Lesson 12: the settings of a split line reader, checked before any process starts."""
     check_backend("sequence.training.train", backend, device)
-    cfg = TransformerConfig(d_model=d_model, heads=heads, layers=layers, max_digits=max(digits, 1), causal=causal)
-    tp.check_heads(cfg.heads, cfg.mlp_ratio * cfg.d_model, world_size)
-    check_settings(world_size, model="mlp", width=d_model, steps=steps, lr=lr, dtype="float32")
-    check_int("global_batch_size", global_batch_size)
     check_int("digits", digits, minimum=2)
+    cfg = TransformerConfig(d_model=d_model, heads=heads, layers=layers, max_digits=digits, causal=causal)
+    sizes = check_mesh(world_size, dict(data=data, context=context, tensor=_tensor(world_size, data, context, tensor)))
+    tp.check_heads(cfg.heads, cfg.mlp_ratio * cfg.d_model, sizes["tensor"])
+    if attention not in cp.ATTENTION:
+        raise ValueError(f"unknown context-parallel attention {attention!r}; use one of {', '.join(cp.ATTENTION)}")
+    cp.check_split(digits * 16, sizes["context"], split)
+    if sizes["context"] > 1 and attention == "ring" and backend == "horovod":
+        raise ValueError("ring attention passes K and V to the next rank point to point, which Horovod "
+                         "cannot do (it has collectives only): use backend='torchrun', or attention='all_gather'")
+    check_int("steps", steps)
+    check_positive("lr", lr)
+    check_int("global_batch_size", global_batch_size)
+    if global_batch_size % data:
+        raise ValueError(f"global_batch_size {global_batch_size} does not divide among {data} data replicas")
     check_int("seed", seed, minimum=0)
 
 
+def _tensor(world_size: int, data: int, context: int, tensor: int | None) -> int:
+    """The tensor axis: as given, or the ranks the data and context axes leave (at least 1)."""
+    return tensor if tensor is not None else max(world_size // max(data * context, 1), 1)
+
+
 def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr, seed, causal, method,
-         split=None) -> RankRecord:
+         mesh=None, attention="ring", split="contiguous") -> RankRecord:
     cfg = TransformerConfig(d_model=d_model, heads=heads, layers=layers, max_digits=digits, causal=causal)
     data = LineData(load_digits(), digits, seed)
     model = build_transformer(cfg, seed=seed).to(worker.device)
-    traffic = None
-    if split is not None:
-        traffic = Traffic()
-        tp.split_model(model, worker, split, traffic)
+    traffic, piece, sync = None, None, None
+    share, replicas = slice(None), 1
+    if mesh is not None:
+        if mesh.size("tensor") > 1:
+            traffic = Traffic()
+            tp.split_model(model, worker, mesh.group("tensor"), traffic)
+        if mesh.size("context") > 1:
+            piece = cp.split_line(model, worker, mesh.group("context"), digits * 16, split, attention)
+        replicas = mesh.size("data")
+        b = global_batch_size // replicas
+        share = slice(mesh.coordinates["data"] * b, (mesh.coordinates["data"] + 1) * b)
+        sync = lambda: _sync(model, worker, mesh, piece)     # noqa: E731
     record = RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device),
-                        config=dict(describe(cfg), digits=digits, tokens=digits * 16, batch_size=global_batch_size,
-                                    global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed),
+                        config=dict(describe(cfg), digits=digits, tokens=digits * 16,
+                                    batch_size=global_batch_size // replicas, global_batch_size=global_batch_size,
+                                    steps=steps, lr=lr, seed=seed, attention=attention, split=split,
+                                    mesh=dict(mesh.sizes) if mesh is not None else None),
                         shard=torch.arange(0))
     run = Run(worker, data, None, None, model, model, torch.optim.Adam(model.parameters(), lr=lr), record)
-    strategy = ReadLines(traffic)
+    strategy = ReadLines(traffic, piece, sync)
     record = train_steps(run, strategy, steps,
-                         lambda step: torch.arange(step * global_batch_size, (step + 1) * global_batch_size))
-    record.traffic = dict(strategy.last_step)
+                         lambda step: torch.arange(step * global_batch_size, (step + 1) * global_batch_size)[share])
+    record.traffic, record.ring = dict(strategy.last_step), dict(strategy.last_ring)
     return record
+
+
+def _sync(model, worker, mesh, piece) -> None:
+    """Lesson 12: each parameter's gradient made the whole batch's: the context group's tokens summed
+    (each rank saw only its piece of the line), then the data replicas' lines averaged (lesson 04)."""
+    if piece is not None:
+        cp.sum_token_grads(model, piece)
+    if mesh.size("data") > 1:
+        for p in model.parameters():
+            worker.all_reduce(p.grad, op="avg", group=mesh.group("data"))
 
 
 def train(worker, *, d_model: int = 64, heads: int = 4, layers: int = 2, digits: int = 4,
           global_batch_size: int = 32, steps: int = 20, lr: float = 3e-3, seed: int = 0,
-          causal: bool = False) -> RankRecord:
-    """Lesson 12: the line reader with every block split across all ranks (tensor parallelism by hand).
+          causal: bool = False, data: int = 1, context: int = 1, tensor: int | None = None,
+          attention: str = "ring", split: str = "contiguous") -> RankRecord:
+    """Lesson 12: the line reader split across the mesh ``data x context x tensor`` (``tensor``
+    defaults to the ranks the other two leave): each block's heads and hidden units across the tensor
+    group (tensor parallelism by hand), the line across the context group (``attention``: "ring" or
+    "all_gather"; ``split``: "contiguous" or "zigzag"), the batch across the data replicas.
 
-    Every rank trains on the whole batch (tensor parallelism does not split the data); the record's
-    ``params`` are this rank's slices (``tensor_parallel.merge_params`` joins them), ``traffic`` the
-    bytes it all-reduced in the last step, forward and backward."""
-    mesh = Mesh(worker, tensor=worker.world_size)
+    The record's ``params`` are this rank's (``tensor_parallel.merge_params`` joins a tensor group's),
+    ``traffic`` the bytes the blocks all-reduced in the last step, ``ring`` the context group's
+    messages and attention time in it."""
+    mesh = Mesh(worker, data=data, context=context, tensor=_tensor(worker.world_size, data, context, tensor))
+    what = " x ".join(f"{axis} {mesh.size(axis)}" for axis in ("data", "context", "tensor") if mesh.size(axis) > 1)
+    if mesh.size("context") > 1:
+        what += f" ({attention}, {split})"
     return _run(worker, d_model=d_model, heads=heads, layers=layers, digits=digits,
                 global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, causal=causal,
-                method="transformer tensor parallel", split=mesh.group("tensor"))
+                method=f"transformer: {what or 'one rank'}", mesh=mesh, attention=attention, split=split)
 
 
 def train_single(*, d_model: int = 64, heads: int = 4, layers: int = 2, digits: int = 4,

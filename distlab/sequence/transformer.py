@@ -64,6 +64,8 @@ class Attention(nn.Module):
     """Lesson 12: multi-head self-attention with separate Q, K, V projections (split by heads in
     tensor parallelism: each rank keeps whole heads) and an output projection."""
 
+    piece = None     # context parallelism: this rank's piece of the line (context_parallel.Piece)
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.heads, self.causal = cfg.heads, cfg.causal
@@ -84,7 +86,12 @@ class Attention(nn.Module):
         """Every head's attention on ``x``, the heads side by side: all but the output projection."""
         h = self.heads_here
         q, k, v = (self.split_heads(proj(x), h) for proj in (self.q, self.k, self.v))
-        return attention(q, k, v, self.causal).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+        return self.attend(q, k, v).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention of ``q`` on the line's keys: here, the keys given; with the line split across
+        ranks (``context_parallel.Piece``), every rank's keys, reached as the piece decides."""
+        return attention(q, k, v, self.causal) if self.piece is None else self.piece.attend(q, k, v, self.causal)
 
     @property
     def heads_here(self) -> int:
@@ -131,16 +138,22 @@ class LineReader(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.digit_head = nn.Linear(cfg.d_model, 10)
         self.check_head = nn.Linear(cfg.d_model, 2)
+        self.piece = None   # context parallelism (context_parallel.split_line): this rank's piece
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b, t, _ = tokens.shape
         if t > self.cfg.positions:
             raise ValueError(f"a line of {t} tokens is longer than the model's {self.cfg.positions} positions "
                              f"(max_digits={self.cfg.max_digits})")
-        x = self.embed(tokens) + self.pos(torch.arange(t, device=tokens.device))
+        if self.piece is not None and t != self.piece.tokens:
+            raise ValueError(f"this model was split for lines of {self.piece.tokens} tokens, not {t}")
+        where = torch.arange(t) if self.piece is None else self.piece.mine   # this rank's tokens
+        where = where.to(tokens.device)
+        x = self.embed(tokens[:, where]) + self.pos(where)
         for block in self.blocks:
             x = block(x)
-        return self.read_out(self.ln_f(x))
+        x = self.ln_f(x)
+        return self.read_out(x if self.piece is None else self.piece.whole_line(x))
 
     def read_out(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b, t, d = x.shape
