@@ -208,8 +208,16 @@ def elastic_config(tmp_path, name, **fault):
     return cfg.RunConfig.parse(config).save(str(tmp_path / f"{name}.yaml"))
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The elastic job's run without a fault: one reference for both kinds of fault (issue 25)."""
+    path = elastic_config(tmp_path_factory.mktemp("whole"), "whole")
+    return distlab.launch(cfg.load(path), progress="none", warm=False)
+
+
 @pytest.mark.parametrize("kind", ["kill", "raise"])
-def test_torchrun_restarts_a_killed_worker_and_the_job_finishes_as_if_nothing_happened(tmp_path, kind):
+def test_torchrun_restarts_a_killed_worker_and_the_job_finishes_as_if_nothing_happened(tmp_path, kind,
+                                                                                         uninterrupted):
     path = elastic_config(tmp_path, "elastic", kind=kind, rank=1, step=25)
     out = subprocess.run([sys.executable, "-m", "distlab.cli", "run", path], capture_output=True, text=True,
                          timeout=300)
@@ -219,8 +227,7 @@ def test_torchrun_restarts_a_killed_worker_and_the_job_finishes_as_if_nothing_ha
     assert blamed in out.stdout, out.stdout
     records = runs.records(cfg.load(path))
     assert [r.resumed_from for r in records] == [20, 20]
-    whole = distlab.launch(cfg.load(elastic_config(tmp_path, "whole")), progress="none", warm=False)
-    difference = distlab.max_param_difference(whole[0].params, records[0].params)
+    difference = distlab.max_param_difference(uninterrupted[0].params, records[0].params)
     print(f"\nELASTIC {kind}: max |restarted - uninterrupted| = {difference:.3g}")
     assert difference <= 1e-6
     summary = json.load(open(os.path.join(runs.run_dir(cfg.load(path)), "summary.json")))

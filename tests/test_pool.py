@@ -50,17 +50,20 @@ BACKENDS = ["torchrun", pytest.param("horovod", marks=pytest.mark.horovod)]
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_warm_ranks_give_the_records_of_fresh_ones_bit_for_bit(backend):
-    for method in ("by_hand", "ddp"):
-        cold = distlab.launch(dp.train, world_size=2, backend=backend, method=method, warm=False,
+    """Each method once on fresh ranks; then by hand, DDP and by hand again on one warm pool: three jobs
+    on the same two ranks, each bit for bit its fresh twin (issue 25: three start-ups, not four)."""
+    def run(method, warm):
+        return distlab.launch(dp.train, world_size=2, backend=backend, method=method, warm=warm,
                               progress="none", **CONFIG)
-        first = distlab.launch(dp.train, world_size=2, backend=backend, method=method, warm=True,
-                               progress="none", **CONFIG)
-        pids = pool_pids()
-        again = distlab.launch(dp.train, world_size=2, backend=backend, method=method, warm=True,
-                               progress="none", **CONFIG)
-        assert pool_pids() == pids and len(pids) == 2 and pools.current().jobs == 2   # the same ranks
-        assert same_records(cold, first) and same_records(cold, again), (backend, method)
-        assert [r.backend for r in again] == [backend] * 2
+
+    cold = {method: run(method, False) for method in ("by_hand", "ddp")}
+    first = run("by_hand", True)
+    pids = pool_pids()
+    ddp, again = run("ddp", True), run("by_hand", True)
+    assert pool_pids() == pids and len(pids) == 2 and pools.current().jobs == 3   # the same ranks
+    for fresh, warm in ((cold["by_hand"], first), (cold["ddp"], ddp), (cold["by_hand"], again)):
+        assert same_records(fresh, warm), (backend, warm[0].method)
+    assert [r.backend for r in again] == [backend] * 2
 
 
 def test_nothing_leaks_from_one_job_into_the_next():
