@@ -123,7 +123,7 @@ def one_process_causal():
 
 CP_RUNS = {   # ranks, settings: every way the line can be split, and its compositions
     "ring-2": (2, dict(context=2, attention="ring")),
-    "ring-causal-4": (4, dict(context=4, attention="ring", causal=True)),
+    "ring-causal-4": (4, dict(context=4, attention="ring", split="contiguous", causal=True)),
     "ring-zigzag-causal-4": (4, dict(context=4, attention="ring", split="zigzag", causal=True)),
     "all_gather-zigzag-causal-2": (2, dict(context=2, attention="all_gather", split="zigzag", causal=True)),
     "context-x-data-4": (4, dict(context=2, data=2, attention="ring", split="zigzag", causal=True)),
@@ -156,6 +156,11 @@ def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_pr
         hops = [(m["phase"], m["hop"]) for m in ring["log"]]
         assert hops == [("forward", h) for layer in range(TP["layers"]) for h in range(n - 1)] + \
                        [("backward", h) for layer in range(TP["layers"]) for h in range(n)]
+    if name.startswith("ring-causal") or name.startswith("ring-zigzag"):
+        # the causal mask's work per rank, in blocks of scores: contiguous, rank r computes r + 1 of its
+        # n blocks; zig-zag, every rank the same (r + 1 for chunk r, 2n - r for chunk 2n - 1 - r)
+        blocks = [r.ring["score_blocks"] // TP["layers"] for r in records]
+        assert blocks == ([1, 2, 3, 4] if settings["split"] == "contiguous" else [9, 9, 9, 9]), blocks
 
 
 @pytest.mark.parametrize("ranks, settings, match", [

@@ -5,5 +5,6 @@
 - ``tensor_parallel``  its blocks split across ranks by hand: attention by heads, the MLP by hidden units
 - ``context_parallel``  the line split along the sequence: K/V all-gathered, or passed round a ring
   (online softmax, forward and backward by hand), in contiguous or zig-zag pieces
+- ``memory``       the activations a rank keeps for backward, counted with PyTorch's saved-tensor hooks
 - ``training``     training it with the one loop, on one process or split (``train``, ``train_single``)
 """

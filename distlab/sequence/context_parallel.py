@@ -80,8 +80,9 @@ class Piece:
     """Lesson 12: this rank's piece of the line and how its attention reaches the others'.
 
     ``log`` keeps each message of the latest step (phase, hop, sender, receiver, chunks, bytes) and
-    ``work`` the seconds this rank spent computing attention in it: the lesson replays the ring from
-    the one and compares ranks' loads with the other."""
+    ``work`` the seconds this rank spent computing attention in it (its thread's CPU time, so that a
+    rank waiting for a core is not charged for it): the lesson replays the ring from the one and
+    compares ranks' loads with the other."""
 
     def __init__(self, worker, group, tokens: int, split: str = "contiguous", attention: str = "ring"):
         if attention not in ATTENTION:
@@ -91,10 +92,12 @@ class Piece:
         self.size, self.index = len(group), group.index(worker.rank)
         self.tokens, self.chunk = tokens, tokens // (len(group) * (1 if split == "contiguous" else 2))
         self.mine = positions(self.index, self.size, tokens, split)
-        self.bytes, self.log, self.work = {"forward": 0, "backward": 0}, [], 0.0
+        self.new_step()
 
     def new_step(self) -> None:
+        """Forget the previous step's messages, attention time and blocks of scores."""
         self.bytes, self.log, self.work = {"forward": 0, "backward": 0}, [], 0.0
+        self.blocks = 0      # (chunk of queries, chunk of keys) blocks of scores computed forward
 
     def attend(self, q, k, v, causal: bool):
         """Attention of this rank's queries on the whole line's keys (``Attention.attend`` calls it)."""
@@ -107,13 +110,14 @@ class Piece:
     # -- 1. all-gather: every rank holds the whole line's K and V ------------------------------
     def _gathered(self, q, k, v, causal):
         k_all, v_all = (_GatherTokens.apply(t, self) for t in (k, v))
-        t0 = time.perf_counter()
+        self.blocks += len(chunk_ids(self.index, self.size, self.split)) * self.tokens // self.chunk   # all of them
+        t0 = time.thread_time()
         scores = q @ k_all.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if causal:
             order = torch.cat([positions(i, self.size, self.tokens, self.split) for i in range(self.size)])
             scores = scores.masked_fill(order[None, :] > self.mine[:, None], float("-inf"))
         out = torch.softmax(scores, dim=-1) @ v_all
-        self.work += time.perf_counter() - t0
+        self.work += time.thread_time() - t0
         return out
 
     # -- 2. the ring ------------------------------------------------------------------------------
@@ -208,11 +212,12 @@ class _Ring(torch.autograd.Function):
         kv = torch.stack([k, v])                              # one message a hop
         for hop in range(n):
             holder = (me - hop) % n                           # whose K/V this rank holds now
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             for qs, qc, ks, kc in piece.pairs(holder, causal):
+                piece.blocks += 1
                 o, s = block_attention(q[..., qs, :], kv[0][..., ks, :], kv[1][..., ks, :], qc, kc, causal)
                 out[..., qs, :], lse[..., qs, :] = merge(out[..., qs, :], lse[..., qs, :], o, s)
-            piece.work += time.perf_counter() - t0
+            piece.work += time.thread_time() - t0
             if hop < n - 1:
                 kv = piece.pass_on(kv, "forward", hop, holder)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -230,7 +235,7 @@ class _Ring(torch.autograd.Function):
         for hop in range(n):
             holder = (me - hop) % n
             kb, vb, dk, dv = travel.unbind(0)
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             for qs, qc, ks, kc in piece.pairs(holder, causal):
                 scores = q[..., qs, :] @ kb[..., ks, :].transpose(-2, -1) * scale
                 if causal and kc == qc:
@@ -241,7 +246,7 @@ class _Ring(torch.autograd.Function):
                 ds = p * (d_out[..., qs, :] @ vb[..., ks, :].transpose(-2, -1) - delta[..., qs, :])
                 dq[..., qs, :] += ds @ kb[..., ks, :] * scale
                 dk[..., ks, :] += ds.transpose(-2, -1) @ q[..., qs, :] * scale
-            piece.work += time.perf_counter() - t0
+            piece.work += time.thread_time() - t0
             if hop < n - 1:
                 travel = piece.pass_on(travel, "backward", hop, holder)
         # one more hop takes each block's gradients (not K and V: their owner has them) home

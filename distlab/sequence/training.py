@@ -23,6 +23,7 @@ from ..records import RankRecord
 from . import context_parallel as cp
 from . import tensor_parallel as tp
 from .lines import LineData
+from .memory import SavedTensors
 from .transformer import TransformerConfig, build_transformer, describe, line_loss
 
 
@@ -35,13 +36,16 @@ class ReadLines(Strategy):
         self.traffic, self.piece, self.sync = traffic, piece, sync
         self.last_step = {}     # the bytes the latest step all-reduced inside the blocks
         self.last_ring = {}     # and, split along the sequence, its messages and attention time
+        self.activation_bytes = 0   # the bytes of activations its forward saved for backward
 
     def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = time.time()
         before = dict(self.traffic.bytes) if self.traffic else {}
         if self.piece is not None:
             self.piece.new_step()
-        loss, digits, _ = line_loss(*run.net(x), y)
+        with SavedTensors(run.model) as saved:            # what the forward keeps for the backward
+            loss, digits, _ = line_loss(*run.net(x), y)
+        self.activation_bytes = saved.bytes
         run.optimizer.zero_grad()
         loss.backward()
         t_compute_end = time.time()
@@ -52,7 +56,7 @@ class ReadLines(Strategy):
             self.last_step = {k: v - before[k] for k, v in self.traffic.bytes.items()}
         if self.piece is not None:
             self.last_ring = {"bytes": dict(self.piece.bytes), "log": list(self.piece.log),
-                              "attention_seconds": self.piece.work}
+                              "attention_seconds": self.piece.work, "score_blocks": self.piece.blocks}
         return Done(loss.item(), digits, t_start, t_compute_end)
 
     @torch.no_grad()
@@ -69,6 +73,7 @@ class ReadLines(Strategy):
 def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "cpu", d_model: int = 64,
                   heads: int = 4, layers: int = 2, digits: int = 4, global_batch_size: int = 32,
                   steps: int = 20, lr: float = 3e-3, seed: int = 0, causal: bool = False, data: int = 1,
+                  optimizer: str = "adam",
                   context: int = 1, tensor: int | None = None, attention: str = "ring",
                   split: str = "contiguous") -> None:
     """Lesson 12: the settings of a split line reader, checked before any process starts."""
@@ -85,6 +90,8 @@ def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "
                          "cannot do (it has collectives only): use backend='torchrun', or attention='all_gather'")
     check_int("steps", steps)
     check_positive("lr", lr)
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     check_int("global_batch_size", global_batch_size)
     if global_batch_size % data:
         raise ValueError(f"global_batch_size {global_batch_size} does not divide among {data} data replicas")
@@ -96,8 +103,11 @@ def _tensor(world_size: int, data: int, context: int, tensor: int | None) -> int
     return tensor if tensor is not None else max(world_size // max(data * context, 1), 1)
 
 
+OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+
+
 def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr, seed, causal, method,
-         mesh=None, attention="ring", split="contiguous") -> RankRecord:
+         mesh=None, attention="ring", split="contiguous", optimizer="adam") -> RankRecord:
     cfg = TransformerConfig(d_model=d_model, heads=heads, layers=layers, max_digits=digits, causal=causal)
     data = LineData(load_digits(), digits, seed)
     model = build_transformer(cfg, seed=seed).to(worker.device)
@@ -116,14 +126,15 @@ def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr
     record = RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device),
                         config=dict(describe(cfg), digits=digits, tokens=digits * 16,
                                     batch_size=global_batch_size // replicas, global_batch_size=global_batch_size,
-                                    steps=steps, lr=lr, seed=seed, attention=attention, split=split,
-                                    mesh=dict(mesh.sizes) if mesh is not None else None),
+                                    steps=steps, lr=lr, optimizer=optimizer, seed=seed, attention=attention,
+                                    split=split, mesh=dict(mesh.sizes) if mesh is not None else None),
                         shard=torch.arange(0))
-    run = Run(worker, data, None, None, model, model, torch.optim.Adam(model.parameters(), lr=lr), record)
+    run = Run(worker, data, None, None, model, model, OPTIMIZERS[optimizer](model.parameters(), lr=lr), record)
     strategy = ReadLines(traffic, piece, sync)
     record = train_steps(run, strategy, steps,
                          lambda step: torch.arange(step * global_batch_size, (step + 1) * global_batch_size)[share])
     record.traffic, record.ring = dict(strategy.last_step), dict(strategy.last_ring)
+    record.activation_bytes = strategy.activation_bytes
     return record
 
 
@@ -140,7 +151,7 @@ def _sync(model, worker, mesh, piece) -> None:
 def train(worker, *, d_model: int = 64, heads: int = 4, layers: int = 2, digits: int = 4,
           global_batch_size: int = 32, steps: int = 20, lr: float = 3e-3, seed: int = 0,
           causal: bool = False, data: int = 1, context: int = 1, tensor: int | None = None,
-          attention: str = "ring", split: str = "contiguous") -> RankRecord:
+          attention: str = "ring", split: str = "contiguous", optimizer: str = "adam") -> RankRecord:
     """Lesson 12: the line reader split across the mesh ``data x context x tensor`` (``tensor``
     defaults to the ranks the other two leave): each block's heads and hidden units across the tensor
     group (tensor parallelism by hand), the line across the context group (``attention``: "ring" or
@@ -155,17 +166,18 @@ def train(worker, *, d_model: int = 64, heads: int = 4, layers: int = 2, digits:
         what += f" ({attention}, {split})"
     return _run(worker, d_model=d_model, heads=heads, layers=layers, digits=digits,
                 global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, causal=causal,
-                method=f"transformer: {what or 'one rank'}", mesh=mesh, attention=attention, split=split)
+                method=f"transformer: {what or 'one rank'}", mesh=mesh, attention=attention, split=split,
+                optimizer=optimizer)
 
 
 def train_single(*, d_model: int = 64, heads: int = 4, layers: int = 2, digits: int = 4,
                  global_batch_size: int = 32, steps: int = 20, lr: float = 3e-3, seed: int = 0,
-                 causal: bool = False) -> RankRecord:
+                 causal: bool = False, optimizer: str = "adam") -> RankRecord:
     """Lesson 12: the reference: the same training in this process, nothing split."""
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"))
     return _run(alone, d_model=d_model, heads=heads, layers=layers, digits=digits,
                 global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, causal=causal,
-                method="transformer, one process")
+                method="transformer, one process", optimizer=optimizer)
 
 
 train.validate_args = validate_args
