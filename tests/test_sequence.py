@@ -81,28 +81,72 @@ def test_it_learns_to_read_the_digits_on_one_process(data, causal):
 TP = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=20, lr=3e-3, seed=0)
 
 
+
+def predicted_memory(record) -> int:
+    """What ``sequence.memory`` predicts this rank keeps for backward, from the record's settings."""
+    from distlab.sequence.memory import predicted_activation_bytes
+    from distlab.sequence.transformer import TransformerConfig
+
+    c = record.config
+    mesh = c["mesh"] or {}
+    cfg = TransformerConfig(d_model=c["d_model"], heads=c["heads"], layers=c["layers"], mlp_ratio=c["mlp_ratio"],
+                            max_digits=c["max_digits"], causal=c["causal"])
+    return predicted_activation_bytes(cfg, c["batch_size"], c["tokens"], tensor=mesh.get("tensor", 1),
+                                      sequence_parallel=c["sequence_parallel"], context=mesh.get("context", 1),
+                                      attention=c["attention"])["total"]
+
+
+def check_memory_model(records, name: str) -> None:
+    """Issue 28: the activation model against PyTorch's own count (saved-tensor hooks), every rank."""
+    for r in records:
+        ratio = predicted_memory(r) / r.activation_bytes
+        assert 0.98 <= ratio <= 1.02, (name, r.rank, predicted_memory(r), r.activation_bytes)
+    print(f"activations {name}: measured {records[0].activation_bytes} B, predicted {predicted_memory(records[0])} B")
+
+
 @pytest.fixture(scope="module")
 def one_process():
     from distlab.sequence import training
 
-    return training.train_single(**TP)
+    record = training.train_single(**TP)
+    check_memory_model([record], "one process")
+    return record
 
 
-@pytest.mark.parametrize("backend,ranks", [("torchrun", 2), ("torchrun", 4),
-                                           pytest.param("horovod", 2, marks=pytest.mark.horovod)])
-def test_heads_split_across_ranks_train_like_one_process(one_process, backend, ranks, warm_ranks):
-    """Issue 28: tensor parallelism on the transformer by hand, on real ranks (torchrun, and Horovod
-    process sets): after 20 Adam steps every parameter equals one process's within 1e-5."""
+@pytest.mark.parametrize("backend,ranks,sp", [("torchrun", 2, False), ("torchrun", 4, False),
+                                              pytest.param("horovod", 2, False, marks=pytest.mark.horovod),
+                                              ("torchrun", 2, True), ("torchrun", 4, True),
+                                              pytest.param("horovod", 2, True, marks=pytest.mark.horovod)],
+                         ids=["torchrun-2", "torchrun-4", "horovod-2",
+                              "torchrun-2-sp", "torchrun-4-sp", "horovod-2-sp"])
+def test_heads_split_across_ranks_train_like_one_process(one_process, backend, ranks, sp, warm_ranks):
+    """Issue 28: tensor parallelism on the transformer by hand, and with sequence parallelism (the line
+    cut across the same ranks between the split regions), on real ranks (torchrun, and Horovod process
+    sets): after 20 Adam steps every parameter equals one process's within 1e-5."""
     import distlab
     from distlab.sequence import tensor_parallel, training
 
-    records = distlab.launch(training.train, ranks, backend=backend, progress="none", **TP)
+    records = distlab.launch(training.train, ranks, backend=backend, progress="none", sequence_parallel=sp, **TP)
     merged = tensor_parallel.merge_params([r.params for r in records])
-    assert distlab.max_param_difference(merged, one_process.params) <= 1e-5
+    difference = distlab.max_param_difference(merged, one_process.params)
+    print(f"\nTP{' + SP' if sp else ''} {backend} {ranks}: max |parameter difference| = {difference:.2e}")
+    assert difference <= 1e-5
     assert all(r.losses == records[0].losses for r in records)             # one model, one loss
     tokens = TP["digits"] * 16
     assert records[0].traffic == tensor_parallel.predicted_bytes(TP["global_batch_size"], tokens, TP["d_model"],
-                                                                 TP["layers"])
+                                                                 TP["layers"], sequence_parallel=sp)
+    one = TP["global_batch_size"] * tokens * TP["d_model"] * 4
+    check_memory_model(records, f"TP{' + SP' if sp else ''} {ranks}")
+    if sp:   # each rank keeps its piece of the line between the regions: less than the whole line's
+        if ("tp", backend, ranks) not in ACTIVATIONS:
+            ACTIVATIONS["tp", backend, ranks] = distlab.launch(training.train, ranks, backend=backend, progress="none",
+                                                               **dict(TP, steps=1))[0].activation_bytes
+        assert records[0].activation_bytes < ACTIVATIONS["tp", backend, ranks] - (ranks - 1) / ranks * one
+    else:
+        ACTIVATIONS["tp", backend, ranks] = records[0].activation_bytes
+
+
+ACTIVATIONS = {}     # TP's activations per rank, for the TP + SP cases (filled by the TP cases before them)
 
 
 def test_heads_that_do_not_share_out_are_refused_before_anything_starts():
@@ -118,7 +162,9 @@ def test_heads_that_do_not_share_out_are_refused_before_anything_starts():
 def one_process_causal():
     from distlab.sequence import training
 
-    return training.train_single(**dict(TP, causal=True))
+    record = training.train_single(**dict(TP, causal=True))
+    check_memory_model([record], "one process, causal")
+    return record
 
 
 CP_RUNS = {   # ranks, settings: every way the line can be split, and its compositions
@@ -150,6 +196,7 @@ def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_pr
         difference = distlab.max_param_difference(merged, reference.params)
         print(f"\nCP {name}, ranks {first}-{first + tensor - 1}: max |parameter difference| = {difference:.2e}")
         assert difference <= 1e-5
+    check_memory_model(records, name)
     ring = records[0].ring
     if settings["attention"] == "ring":       # n - 1 hops forward, n back (the last carries gradients only)
         n = settings["context"]
@@ -173,6 +220,9 @@ def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_pr
     (4, dict(context=2, data=3), "does not match the world size 4"),
     (4, dict(context=2, data=2, global_batch_size=15), "global_batch_size 15 does not divide among 2 data"),
     (2, dict(context=2, backend="horovod"), "ring attention passes K and V to the next rank point to point"),
+    (2, dict(context=2, sequence_parallel=True), "sequence_parallel=True cuts the line across the tensor group"),
+    (4, dict(context=2, tensor=2, sequence_parallel=True), "sequence parallelism with context parallelism is not"),
+    (2, dict(sequence_parallel="yes"), "sequence_parallel must be True or False"),
 ])
 def test_a_line_that_cannot_be_split_is_refused_before_anything_starts(ranks, settings, match):
     """Issue 28's bad input: a line that does not cut into the pieces asked for (zig-zag: two chunks a

@@ -159,13 +159,15 @@ def split_line(model, worker, group, tokens: int, split: str = "contiguous", att
     return piece
 
 
-def sum_token_grads(model, piece: Piece, skip=("digit_head", "check_head")) -> None:
-    """Lesson 12: after backward, sum over the context group the gradient of every parameter that saw
-    only this rank's tokens (all but the read-out heads, which saw the whole gathered line)."""
+def sum_token_grads(model, piece: Piece, whole=("digit_head", "check_head"), split=()) -> None:
+    """Lesson 12: after backward, sum over the piece's group the gradient of every parameter that saw
+    only this rank's tokens: all but the read-out heads (``whole``: they saw the whole gathered line)
+    and, under sequence parallelism, the tensor-parallel slices (``split``: names ending so, which saw
+    the line gathered too)."""
     if piece.size == 1:
         return
     for name, p in model.named_parameters():
-        if p.grad is not None and not name.startswith(skip):
+        if p.grad is not None and not name.startswith(whole) and not name.endswith(tuple(split)):
             piece.worker.all_reduce(p.grad, group=piece.group)
 
 

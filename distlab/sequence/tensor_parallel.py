@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..parallel.tensor_parallel import Traffic, copy_to_slices, sum_partials
+from .sequence_parallel import gather_line, scatter_line
 from .transformer import MLP, Attention, LineReader
 
 # how each split parameter is cut (the dimension its slices are laid along); the rest is whole everywhere
@@ -60,42 +61,53 @@ def _columns(linear: nn.Linear, rank: int, size: int) -> nn.Linear:
 
 class HeadsAttention(Attention):
     """Lesson 12: this rank's heads of ``attn``: f, its Q/K/V rows, attention on its heads, its columns
-    of the output projection, g, then the bias."""
+    of the output projection, g, then the bias.  With ``sequence_parallel``, the all-gather of the line
+    in place of f and the reduce-scatter in place of g (``sequence_parallel.py``)."""
 
-    def __init__(self, attn: Attention, worker, group, traffic: Traffic):
+    def __init__(self, attn: Attention, worker, group, traffic: Traffic, sequence_parallel: bool = False):
         nn.Module.__init__(self)
         rank, size = group.index(worker.rank), len(group)
         self.heads, self.causal = attn.heads, attn.causal
         self.q, self.k, self.v = (_rows(p, rank, size) for p in (attn.q, attn.k, attn.v))
         self.out = _columns(attn.out, rank, size)
-        self.comm, self.traffic = (worker, group), traffic
+        self.comm, self.traffic, self.ends = (worker, group), traffic, _ends(sequence_parallel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.mix(copy_to_slices(x, *self.comm, self.traffic))          # this rank's heads only
-        return sum_partials(F.linear(y, self.out.weight), *self.comm, self.traffic) + self.out.bias
+        enter, leave = self.ends
+        y = self.mix(enter(x, *self.comm, self.traffic))                    # this rank's heads only
+        return leave(F.linear(y, self.out.weight), *self.comm, self.traffic) + self.out.bias
 
 
 class UnitsMLP(MLP):
-    """Lesson 12: this rank's hidden units of ``mlp``: f, its rows of fc1, GELU, its columns of fc2, g, bias."""
+    """Lesson 12: this rank's hidden units of ``mlp``: f, its rows of fc1, GELU, its columns of fc2, g, bias
+    (with ``sequence_parallel``, the all-gather and the reduce-scatter in place of f and g)."""
 
-    def __init__(self, mlp: MLP, worker, group, traffic: Traffic):
+    def __init__(self, mlp: MLP, worker, group, traffic: Traffic, sequence_parallel: bool = False):
         nn.Module.__init__(self)
         rank, size = group.index(worker.rank), len(group)
         self.fc1, self.fc2 = _rows(mlp.fc1, rank, size), _columns(mlp.fc2, rank, size)
-        self.comm, self.traffic = (worker, group), traffic
+        self.comm, self.traffic, self.ends = (worker, group), traffic, _ends(sequence_parallel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.hidden(copy_to_slices(x, *self.comm, self.traffic))       # this rank's units only
-        return sum_partials(F.linear(h, self.fc2.weight), *self.comm, self.traffic) + self.fc2.bias
+        enter, leave = self.ends
+        h = self.hidden(enter(x, *self.comm, self.traffic))                 # this rank's units only
+        return leave(F.linear(h, self.fc2.weight), *self.comm, self.traffic) + self.fc2.bias
 
 
-def split_model(model: LineReader, worker, group, traffic: Traffic) -> LineReader:
-    """Lesson 12: every block of ``model`` split across the ranks of ``group``, in place."""
+def _ends(sequence_parallel: bool):
+    """Where a split region begins and ends: f and g, or (sequence parallelism) all-gather and reduce-scatter."""
+    return (gather_line, scatter_line) if sequence_parallel else (copy_to_slices, sum_partials)
+
+
+def split_model(model: LineReader, worker, group, traffic: Traffic, sequence_parallel: bool = False) -> LineReader:
+    """Lesson 12: every block of ``model`` split across the ranks of ``group``, in place.  With
+    ``sequence_parallel`` the line between the split regions is cut across the same ranks (the caller
+    gives the model its ``context_parallel.Piece`` of contiguous tokens)."""
     cfg = model.cfg
     check_heads(cfg.heads, cfg.mlp_ratio * cfg.d_model, len(group))
     for block in model.blocks:
-        block.attn = HeadsAttention(block.attn, worker, group, traffic)
-        block.mlp = UnitsMLP(block.mlp, worker, group, traffic)
+        block.attn = HeadsAttention(block.attn, worker, group, traffic, sequence_parallel)
+        block.mlp = UnitsMLP(block.mlp, worker, group, traffic, sequence_parallel)
     return model
 
 
@@ -107,8 +119,25 @@ def merge_params(per_rank: list[dict[str, torch.Tensor]]) -> dict[str, torch.Ten
             else per_rank[0][name] for name in per_rank[0]}
 
 
-def predicted_bytes(batch: int, tokens: int, d_model: int, layers: int, itemsize: int = 4) -> dict[str, int]:
-    """Lesson 12: what each rank all-reduces per step: per block, two regions, each one activation of
-    ``batch x tokens x d_model`` numbers forward (g) and one backward (f)."""
-    one = batch * tokens * d_model * itemsize
+def predicted_bytes(batch: int, tokens: int, d_model: int, layers: int, itemsize: int = 4,
+                    sequence_parallel: bool = False) -> dict[str, int]:
+    """Lesson 12: the tensors each rank's collectives combine per step: per block, two regions, each one
+    activation of ``batch x tokens x d_model`` numbers forward (g) and one backward (f).  With sequence
+    parallelism each region has two collectives each way (an all-gather and a reduce-scatter of that
+    size): twice the tensors, but each is half an all-reduce's work, so the same bytes on the wire."""
+    one = batch * tokens * d_model * itemsize * (2 if sequence_parallel else 1)
     return {"forward": 2 * layers * one, "backward": 2 * layers * one}
+
+
+def wire_bytes(batch: int, tokens: int, d_model: int, layers: int, ranks: int, itemsize: int = 4,
+               sequence_parallel: bool = False, token_params: int = 0) -> int:
+    """Lesson 12: the bytes each rank sends per step with ring collectives (lesson 03): an all-reduce of
+    S bytes sends 2(n-1)/n S, a reduce-scatter or an all-gather (n-1)/n S.  Per block, two regions,
+    each an all-reduce each way (TP) or a reduce-scatter and an all-gather each way (TP+SP): the same.
+    Sequence parallelism adds the gather of the line before the read-out, and the sum of the gradients
+    of the ``token_params`` numbers (LayerNorms, embeddings, biases) that saw only this rank's tokens."""
+    n, one = ranks, batch * tokens * d_model * itemsize
+    total = 4 * layers * 2 * (n - 1) / n * one
+    if sequence_parallel:
+        total += (n - 1) / n * one + 2 * (n - 1) / n * token_params * itemsize
+    return round(total)

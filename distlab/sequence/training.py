@@ -72,10 +72,9 @@ class ReadLines(Strategy):
 
 def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "cpu", d_model: int = 64,
                   heads: int = 4, layers: int = 2, digits: int = 4, global_batch_size: int = 32,
-                  steps: int = 20, lr: float = 3e-3, seed: int = 0, causal: bool = False, data: int = 1,
-                  optimizer: str = "adam",
-                  context: int = 1, tensor: int | None = None, attention: str = "ring",
-                  split: str = "contiguous") -> None:
+                  steps: int = 20, lr: float = 3e-3, seed: int = 0, causal: bool = False,
+                  optimizer: str = "adam", data: int = 1, context: int = 1, tensor: int | None = None,
+                  attention: str = "ring", split: str = "contiguous", sequence_parallel: bool = False) -> None:
     """Lesson 12: the settings of a split line reader, checked before any process starts."""
     check_backend("sequence.training.train", backend, device)
     check_int("digits", digits, minimum=2)
@@ -85,6 +84,15 @@ def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "
     if attention not in cp.ATTENTION:
         raise ValueError(f"unknown context-parallel attention {attention!r}; use one of {', '.join(cp.ATTENTION)}")
     cp.check_split(digits * 16, sizes["context"], split)
+    if not isinstance(sequence_parallel, bool):
+        raise ValueError(f"sequence_parallel must be True or False, got {sequence_parallel!r}")
+    if sequence_parallel:
+        if sizes["tensor"] == 1:
+            raise ValueError("sequence_parallel=True cuts the line across the tensor group: it needs tensor > 1")
+        if sizes["context"] > 1:
+            raise ValueError("sequence parallelism with context parallelism is not built here: "
+                             "use one of them (context > 1, or sequence_parallel=True)")
+        cp.check_split(digits * 16, sizes["tensor"], "contiguous")
     if sizes["context"] > 1 and attention == "ring" and backend == "horovod":
         raise ValueError("ring attention passes K and V to the next rank point to point, which Horovod "
                          "cannot do (it has collectives only): use backend='torchrun', or attention='all_gather'")
@@ -107,7 +115,7 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 
 def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr, seed, causal, method,
-         mesh=None, attention="ring", split="contiguous", optimizer="adam") -> RankRecord:
+         mesh=None, attention="ring", split="contiguous", optimizer="adam", sequence_parallel=False) -> RankRecord:
     cfg = TransformerConfig(d_model=d_model, heads=heads, layers=layers, max_digits=digits, causal=causal)
     data = LineData(load_digits(), digits, seed)
     model = build_transformer(cfg, seed=seed).to(worker.device)
@@ -116,18 +124,21 @@ def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr
     if mesh is not None:
         if mesh.size("tensor") > 1:
             traffic = Traffic()
-            tp.split_model(model, worker, mesh.group("tensor"), traffic)
+            tp.split_model(model, worker, mesh.group("tensor"), traffic, sequence_parallel)
+        if sequence_parallel:       # the line between the split regions: contiguous pieces of the tensor group
+            model.piece = cp.Piece(worker, mesh.group("tensor"), digits * 16, "contiguous")
         if mesh.size("context") > 1:
             piece = cp.split_line(model, worker, mesh.group("context"), digits * 16, split, attention)
         replicas = mesh.size("data")
         b = global_batch_size // replicas
         share = slice(mesh.coordinates["data"] * b, (mesh.coordinates["data"] + 1) * b)
-        sync = lambda: _sync(model, worker, mesh, piece)     # noqa: E731
+        sync = lambda: _sync(model, worker, mesh, piece or model.piece)     # noqa: E731
     record = RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device),
                         config=dict(describe(cfg), digits=digits, tokens=digits * 16,
                                     batch_size=global_batch_size // replicas, global_batch_size=global_batch_size,
                                     steps=steps, lr=lr, optimizer=optimizer, seed=seed, attention=attention,
-                                    split=split, mesh=dict(mesh.sizes) if mesh is not None else None),
+                                    split=split, sequence_parallel=sequence_parallel,
+                                    mesh=dict(mesh.sizes) if mesh is not None else None),
                         shard=torch.arange(0))
     run = Run(worker, data, None, None, model, model, OPTIMIZERS[optimizer](model.parameters(), lr=lr), record)
     strategy = ReadLines(traffic, piece, sync)
@@ -141,8 +152,8 @@ def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr
 def _sync(model, worker, mesh, piece) -> None:
     """Lesson 12: each parameter's gradient made the whole batch's: the context group's tokens summed
     (each rank saw only its piece of the line), then the data replicas' lines averaged (lesson 04)."""
-    if piece is not None:
-        cp.sum_token_grads(model, piece)
+    if piece is not None:           # context parallelism, or sequence parallelism's pieces of the tensor group
+        cp.sum_token_grads(model, piece, split=tp.SPLIT if mesh.size("context") == 1 else ())
     if mesh.size("data") > 1:
         for p in model.parameters():
             worker.all_reduce(p.grad, op="avg", group=mesh.group("data"))
@@ -151,7 +162,8 @@ def _sync(model, worker, mesh, piece) -> None:
 def train(worker, *, d_model: int = 64, heads: int = 4, layers: int = 2, digits: int = 4,
           global_batch_size: int = 32, steps: int = 20, lr: float = 3e-3, seed: int = 0,
           causal: bool = False, data: int = 1, context: int = 1, tensor: int | None = None,
-          attention: str = "ring", split: str = "contiguous", optimizer: str = "adam") -> RankRecord:
+          attention: str = "ring", split: str = "contiguous", optimizer: str = "adam",
+          sequence_parallel: bool = False) -> RankRecord:
     """Lesson 12: the line reader split across the mesh ``data x context x tensor`` (``tensor``
     defaults to the ranks the other two leave): each block's heads and hidden units across the tensor
     group (tensor parallelism by hand), the line across the context group (``attention``: "ring" or
@@ -164,10 +176,12 @@ def train(worker, *, d_model: int = 64, heads: int = 4, layers: int = 2, digits:
     what = " x ".join(f"{axis} {mesh.size(axis)}" for axis in ("data", "context", "tensor") if mesh.size(axis) > 1)
     if mesh.size("context") > 1:
         what += f" ({attention}, {split})"
+    if sequence_parallel:
+        what += " + sequence parallel"
     return _run(worker, d_model=d_model, heads=heads, layers=layers, digits=digits,
                 global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, causal=causal,
                 method=f"transformer: {what or 'one rank'}", mesh=mesh, attention=attention, split=split,
-                optimizer=optimizer)
+                optimizer=optimizer, sequence_parallel=sequence_parallel)
 
 
 def train_single(*, d_model: int = 64, heads: int = 4, layers: int = 2, digits: int = 4,
