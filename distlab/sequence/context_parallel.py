@@ -6,8 +6,9 @@ embeddings, LayerNorms and MLPs on its own tokens alone.  Attention is the one p
 needs the others: each rank's queries need every rank's keys and values.  Three ways, naive first:
 
 1. **all-gather** (``attention="all_gather"``): every rank gathers every rank's K and V and attends
-   its queries to the whole line.  Plain, and autograd does the backward (a reduce-scatter of
-   K's and V's gradients), but each rank holds the whole line's K and V at once.
+   its queries to the whole line (``sequence_parallel.gather_line``, whose backward reduce-scatters
+   K's and V's gradients).  Plain, and autograd does the rest, but each rank holds the whole line's
+   K and V at once.
 2. **ring** (``attention="ring"``): the K/V blocks travel round the ring of ranks, one hop a step;
    each rank attends its queries to the block it holds and merges the partial results with the
    online-softmax rule (each partial result carries its log-sum-exp, Milakov & Gimelshein 2018;
@@ -29,6 +30,9 @@ import math
 import time
 
 import torch
+
+from ..parallel.tensor_parallel import Traffic
+from .sequence_parallel import gather_line
 
 SPLITS = ("contiguous", "zigzag")
 ATTENTION = ("all_gather", "ring")
@@ -96,8 +100,13 @@ class Piece:
 
     def new_step(self) -> None:
         """Forget the previous step's messages, attention time and blocks of scores."""
-        self.bytes, self.log, self.work = {"forward": 0, "backward": 0}, [], 0.0
+        self.traffic, self.log, self.work = Traffic(), [], 0.0
         self.blocks = 0      # (chunk of queries, chunk of keys) blocks of scores computed forward
+
+    @property
+    def bytes(self) -> dict[str, int]:
+        """The bytes of this step's messages, forward and backward."""
+        return self.traffic.bytes
 
     def attend(self, q, k, v, causal: bool):
         """Attention of this rank's queries on the whole line's keys (``Attention.attend`` calls it)."""
@@ -109,7 +118,7 @@ class Piece:
 
     # -- 1. all-gather: every rank holds the whole line's K and V ------------------------------
     def _gathered(self, q, k, v, causal):
-        k_all, v_all = (_GatherTokens.apply(t, self) for t in (k, v))
+        k_all, v_all = (gather_line(t, self.worker, self.group, self.traffic) for t in (k, v))
         self.blocks += len(chunk_ids(self.index, self.size, self.split)) * self.tokens // self.chunk   # all of them
         t0 = time.thread_time()
         scores = q @ k_all.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -128,7 +137,7 @@ class Piece:
         incoming = torch.empty_like(block)
         self.worker.exchange(block, nxt, incoming, prev)
         nbytes = block.numel() * block.element_size()
-        self.bytes[phase] += nbytes
+        self.traffic.add(phase, block)
         self.log.append({"phase": phase, "hop": hop, "from": self.worker.rank, "to": nxt,
                          "chunks": chunk_ids(holder, self.size, self.split), "bytes": nbytes})
         return incoming
@@ -169,24 +178,6 @@ def sum_token_grads(model, piece: Piece, whole=("digit_head", "check_head"), spl
     for name, p in model.named_parameters():
         if p.grad is not None and not name.startswith(whole) and not name.endswith(tuple(split)):
             piece.worker.all_reduce(p.grad, group=piece.group)
-
-
-class _GatherTokens(torch.autograd.Function):
-    """Every rank's K (or V), concatenated along the tokens; backward: each rank's queries gave a
-    share of every token's gradient, so the shares are summed and each rank keeps its own tokens'."""
-
-    @staticmethod
-    def forward(ctx, t, piece):
-        ctx.piece = piece
-        piece.bytes["forward"] += t.numel() * t.element_size()
-        return torch.cat(piece.worker.all_gather(t.contiguous(), group=piece.group), dim=-2)
-
-    @staticmethod
-    def backward(ctx, grad):
-        piece = ctx.piece
-        piece.bytes["backward"] += grad.numel() * grad.element_size()
-        mine = piece.worker.reduce_scatter(grad.movedim(-2, 0).contiguous(), group=piece.group)
-        return mine.movedim(0, -2), None
 
 
 class _WholeLine(torch.autograd.Function):

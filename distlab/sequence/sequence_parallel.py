@@ -27,8 +27,16 @@ def _gather(x: torch.Tensor, worker, group) -> torch.Tensor:
 
 
 def _scatter(x: torch.Tensor, worker, group) -> torch.Tensor:
-    """Sum ``x`` over the group and keep this rank's tokens (the token axis is the second to last)."""
-    return worker.reduce_scatter(x.movedim(-2, 0).contiguous(), group=group).movedim(0, -2)
+    """Sum ``x`` over the group and keep this rank's tokens (the token axis is the second to last).
+
+    Written as an all-to-all (every rank sends its piece ``j`` of the line to rank ``j``) and a sum of
+    the ``n`` pieces received, not with ``worker.reduce_scatter``: gloo's reduce-scatter sends as many
+    bytes as a whole all-reduce (measured on 2 ranks: 2.0 S in all, where the all-to-all sends 1.0 S;
+    ``bench/long_sequences.py``), which would make sequence parallelism cost 1.5 x tensor
+    parallelism's bytes instead of the same."""
+    n = len(group)
+    pieces = worker.all_to_all(x.movedim(-2, 0).contiguous(), group=group)      # piece j from member j
+    return pieces.view(n, pieces.shape[0] // n, *pieces.shape[1:]).sum(0).movedim(0, -2)
 
 
 class _GatherLine(torch.autograd.Function):
