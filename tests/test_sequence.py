@@ -146,6 +146,22 @@ def test_heads_split_across_ranks_train_like_one_process(one_process, backend, r
         ACTIVATIONS["tp", backend, ranks] = records[0].activation_bytes
 
 
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "tp-sp"])
+def test_pytorchs_parallelize_module_splits_the_same_way(one_process, sp, warm_ranks):
+    """Issue 28: the same split with PyTorch's own API on the mesh (ColwiseParallel, RowwiseParallel,
+    and for sequence parallelism SequenceParallel and PrepareModuleInput): it equals one process after
+    20 Adam steps within 1e-5 and keeps exactly the activations the by-hand split keeps (the model's)."""
+    import distlab
+    from distlab.sequence import training
+
+    records = distlab.launch(training.train, 2, progress="none", use_torch=True, sequence_parallel=sp, **TP)
+    assert "PyTorch's parallelize_module" in records[0].method
+    difference = max(distlab.max_param_difference(r.params, one_process.params) for r in records)   # whole
+    print(f"\ntorch TP{' + SP' if sp else ''}: max |parameter difference| = {difference:.2e}")
+    assert difference <= 1e-5
+    check_memory_model(records, f"torch TP{' + SP' if sp else ''} 2")
+
+
 ACTIVATIONS = {}     # TP's activations per rank, for the TP + SP cases (filled by the TP cases before them)
 
 
@@ -223,6 +239,8 @@ def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_pr
     (2, dict(context=2, sequence_parallel=True), "sequence_parallel=True cuts the line across the tensor group"),
     (4, dict(context=2, tensor=2, sequence_parallel=True), "sequence parallelism with context parallelism is not"),
     (2, dict(sequence_parallel="yes"), "sequence_parallel must be True or False"),
+    (2, dict(use_torch=True, backend="horovod"), "use_torch=True runs on launch\\(backend='torchrun'\\) only"),
+    (4, dict(use_torch=True, context=2, tensor=2), "use_torch=True splits the blocks with PyTorch's"),
 ])
 def test_a_line_that_cannot_be_split_is_refused_before_anything_starts(ranks, settings, match):
     """Issue 28's bad input: a line that does not cut into the pieces asked for (zig-zag: two chunks a

@@ -176,6 +176,8 @@ def sum_token_grads(model, piece: Piece, whole=("digit_head", "check_head"), spl
     if piece.size == 1:
         return
     for name, p in model.named_parameters():
+        if hasattr(p, "placements"):        # a DTensor (PyTorch's split): torch made its gradient whole
+            continue
         if p.grad is not None and not name.startswith(whole) and not name.endswith(tuple(split)):
             piece.worker.all_reduce(p.grad, group=piece.group)
 

@@ -15,16 +15,21 @@ from __future__ import annotations
 import torch
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's (PyTorch's tensor parallelism) own piece; any other tensor itself."""
+    return getattr(t, "_local_tensor", t)
+
+
 class SavedTensors:
     """Lesson 12: ``with SavedTensors(model) as saved: loss = ...`` then ``saved.bytes``: the bytes of
     distinct storages saved for backward during the block, parameters excluded."""
 
     def __init__(self, model: torch.nn.Module | None = None):
-        self.skip = {p.untyped_storage().data_ptr() for p in model.parameters()} if model is not None else set()
+        self.skip = {_local(p).untyped_storage().data_ptr() for p in model.parameters()} if model else set()
         self.seen, self.bytes = set(), 0
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
+        storage = _local(t).untyped_storage()
         key = storage.data_ptr()
         if key not in self.skip and key not in self.seen:
             self.seen.add(key)

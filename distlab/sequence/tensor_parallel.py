@@ -141,3 +141,30 @@ def wire_bytes(batch: int, tokens: int, d_model: int, layers: int, ranks: int, i
     if sequence_parallel:
         total += (n - 1) / n * one + 2 * (n - 1) / n * token_params * itemsize
     return round(total)
+
+
+def split_model_with_torch(model: LineReader, device_mesh, sequence_parallel: bool = False) -> LineReader:
+    """Lesson 12: the same split with PyTorch's ``parallelize_module`` on the mesh's tensor ``DeviceMesh``
+    (torchrun only): Q, K, V and fc1 ``ColwiseParallel``, the output projection and fc2 ``RowwiseParallel``.
+
+    With ``sequence_parallel`` the LayerNorms are ``SequenceParallel`` (they run on this rank's tokens),
+    each region's input is gathered by ``PrepareModuleInput`` (Shard(1) to Replicate: the all-gather)
+    and its output scattered by ``RowwiseParallel(output_layouts=Shard(1))`` (the reduce-scatter),
+    the plan torchtitan uses for Llama.  Outside the blocks the model's own piece of the line
+    (``context_parallel.Piece``) does the rest, as by hand."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    cfg = model.cfg
+    check_heads(cfg.heads, cfg.mlp_ratio * cfg.d_model, device_mesh.size())
+    for block in model.blocks:
+        plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+                "attn.out": RowwiseParallel(), "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()}
+        if sequence_parallel:
+            gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+            plan.update({"ln1": SequenceParallel(), "ln2": SequenceParallel(), "attn": gather, "mlp": gather,
+                         "attn.out": RowwiseParallel(output_layouts=Shard(1)),
+                         "mlp.fc2": RowwiseParallel(output_layouts=Shard(1))})
+        parallelize_module(block, device_mesh, plan)
+    return model

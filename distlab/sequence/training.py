@@ -67,16 +67,18 @@ class ReadLines(Strategy):
         _, run.record.test_accuracy, check = line_loss(*run.model(run.data.x_test.to(device)),
                                                        run.data.y_test.to(device))
         run.record.config["test_check_accuracy"] = check
-        run.record.params = {n: p.detach().cpu().clone() for n, p in run.model.named_parameters()}
+        run.record.params = {n: getattr(p, "full_tensor", lambda p=p: p)().detach().cpu().clone()   # DTensors whole
+                             for n, p in run.model.named_parameters()}
 
 
 def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "cpu", d_model: int = 64,
                   heads: int = 4, layers: int = 2, digits: int = 4, global_batch_size: int = 32,
                   steps: int = 20, lr: float = 3e-3, seed: int = 0, causal: bool = False,
                   optimizer: str = "adam", data: int = 1, context: int = 1, tensor: int | None = None,
-                  attention: str = "ring", split: str = "contiguous", sequence_parallel: bool = False) -> None:
+                  attention: str = "ring", split: str = "contiguous", sequence_parallel: bool = False,
+                  use_torch: bool = False) -> None:
     """Lesson 12: the settings of a split line reader, checked before any process starts."""
-    check_backend("sequence.training.train", backend, device)
+    check_backend("sequence.training.train", backend, device, use_torch)
     check_int("digits", digits, minimum=2)
     cfg = TransformerConfig(d_model=d_model, heads=heads, layers=layers, max_digits=digits, causal=causal)
     sizes = check_mesh(world_size, dict(data=data, context=context, tensor=_tensor(world_size, data, context, tensor)))
@@ -93,6 +95,9 @@ def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "
             raise ValueError("sequence parallelism with context parallelism is not built here: "
                              "use one of them (context > 1, or sequence_parallel=True)")
         cp.check_split(digits * 16, sizes["tensor"], "contiguous")
+    if use_torch and (sizes["tensor"] == 1 or sizes["context"] > 1 or sizes["data"] > 1):
+        raise ValueError("use_torch=True splits the blocks with PyTorch's parallelize_module across all the ranks: "
+                         "give no data or context axis (tensor parallelism, with or without sequence_parallel)")
     if sizes["context"] > 1 and attention == "ring" and backend == "horovod":
         raise ValueError("ring attention passes K and V to the next rank point to point, which Horovod "
                          "cannot do (it has collectives only): use backend='torchrun', or attention='all_gather'")
@@ -115,14 +120,17 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 
 def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr, seed, causal, method,
-         mesh=None, attention="ring", split="contiguous", optimizer="adam", sequence_parallel=False) -> RankRecord:
+         mesh=None, attention="ring", split="contiguous", optimizer="adam", sequence_parallel=False,
+         use_torch=False) -> RankRecord:
     cfg = TransformerConfig(d_model=d_model, heads=heads, layers=layers, max_digits=digits, causal=causal)
     data = LineData(load_digits(), digits, seed)
     model = build_transformer(cfg, seed=seed).to(worker.device)
     traffic, piece, sync = None, None, None
     share, replicas = slice(None), 1
     if mesh is not None:
-        if mesh.size("tensor") > 1:
+        if mesh.size("tensor") > 1 and use_torch:
+            tp.split_model_with_torch(model, mesh.device_mesh["tensor"], sequence_parallel)
+        elif mesh.size("tensor") > 1:
             traffic = Traffic()
             tp.split_model(model, worker, mesh.group("tensor"), traffic, sequence_parallel)
         if sequence_parallel:       # the line between the split regions: contiguous pieces of the tensor group
@@ -137,10 +145,12 @@ def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr
                         config=dict(describe(cfg), digits=digits, tokens=digits * 16,
                                     batch_size=global_batch_size // replicas, global_batch_size=global_batch_size,
                                     steps=steps, lr=lr, optimizer=optimizer, seed=seed, attention=attention,
-                                    split=split, sequence_parallel=sequence_parallel,
+                                    split=split, sequence_parallel=sequence_parallel, use_torch=use_torch,
                                     mesh=dict(mesh.sizes) if mesh is not None else None),
                         shard=torch.arange(0))
-    run = Run(worker, data, None, None, model, model, OPTIMIZERS[optimizer](model.parameters(), lr=lr), record)
+    # (foreach=False: PyTorch's split leaves DTensors and plain tensors side by side in one optimizer)
+    run = Run(worker, data, None, None, model, model, OPTIMIZERS[optimizer](model.parameters(), lr=lr, foreach=False),
+              record)
     strategy = ReadLines(traffic, piece, sync)
     record = train_steps(run, strategy, steps,
                          lambda step: torch.arange(step * global_batch_size, (step + 1) * global_batch_size)[share])
@@ -163,7 +173,7 @@ def train(worker, *, d_model: int = 64, heads: int = 4, layers: int = 2, digits:
           global_batch_size: int = 32, steps: int = 20, lr: float = 3e-3, seed: int = 0,
           causal: bool = False, data: int = 1, context: int = 1, tensor: int | None = None,
           attention: str = "ring", split: str = "contiguous", optimizer: str = "adam",
-          sequence_parallel: bool = False) -> RankRecord:
+          sequence_parallel: bool = False, use_torch: bool = False) -> RankRecord:
     """Lesson 12: the line reader split across the mesh ``data x context x tensor`` (``tensor``
     defaults to the ranks the other two leave): each block's heads and hidden units across the tensor
     group (tensor parallelism by hand), the line across the context group (``attention``: "ring" or
@@ -178,10 +188,12 @@ def train(worker, *, d_model: int = 64, heads: int = 4, layers: int = 2, digits:
         what += f" ({attention}, {split})"
     if sequence_parallel:
         what += " + sequence parallel"
+    if use_torch:
+        what += " (PyTorch's parallelize_module)"
     return _run(worker, d_model=d_model, heads=heads, layers=layers, digits=digits,
                 global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, causal=causal,
                 method=f"transformer: {what or 'one rank'}", mesh=mesh, attention=attention, split=split,
-                optimizer=optimizer, sequence_parallel=sequence_parallel)
+                optimizer=optimizer, sequence_parallel=sequence_parallel, use_torch=use_torch)
 
 
 def train_single(*, d_model: int = 64, heads: int = 4, layers: int = 2, digits: int = 4,

@@ -83,20 +83,17 @@ class Attention(nn.Module):
         return self.out(self.mix(x))
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
-        """Every head's attention on ``x``, the heads side by side: all but the output projection."""
-        h = self.heads_here
-        q, k, v = (self.split_heads(proj(x), h) for proj in (self.q, self.k, self.v))
+        """Every head's attention on ``x``, the heads side by side: all but the output projection.
+        A tensor-parallel rank's Q, K and V hold its heads only: the heads are counted from them."""
+        size = self.q.in_features // self.heads                      # one head's width
+        q, k, v = (proj(x) for proj in (self.q, self.k, self.v))
+        q, k, v = (self.split_heads(t, t.shape[-1] // size) for t in (q, k, v))
         return self.attend(q, k, v).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Attention of ``q`` on the line's keys: here, the keys given; with the line split across
         ranks (``context_parallel.Piece``), every rank's keys, reached as the piece decides."""
         return attention(q, k, v, self.causal) if self.piece is None else self.piece.attend(q, k, v, self.causal)
-
-    @property
-    def heads_here(self) -> int:
-        """How many heads this module computes (all of them; a tensor-parallel rank, its share)."""
-        return self.heads * self.q.out_features // self.q.in_features
 
 
 class MLP(nn.Module):
