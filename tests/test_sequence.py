@@ -127,6 +127,7 @@ def test_heads_split_across_ranks_train_like_one_process(one_process, backend, r
     from distlab.sequence import tensor_parallel, training
 
     records = distlab.launch(training.train, ranks, backend=backend, progress="none", sequence_parallel=sp, **TP)
+    RECORDS[f"{backend}-{ranks}{'-sp' if sp else ''}"] = records
     merged = tensor_parallel.merge_params([r.params for r in records])
     difference = distlab.max_param_difference(merged, one_process.params)
     print(f"\nTP{' + SP' if sp else ''} {backend} {ranks}: max |parameter difference| = {difference:.2e}")
@@ -162,6 +163,7 @@ def test_pytorchs_parallelize_module_splits_the_same_way(one_process, sp, warm_r
     check_memory_model(records, f"torch TP{' + SP' if sp else ''} 2")
 
 
+RECORDS = {}         # the runs above, by name, for the pictures' test at the end (which launches any missing)
 ACTIVATIONS = {}     # TP's activations per rank, for the TP + SP cases (filled by the TP cases before them)
 
 
@@ -205,6 +207,7 @@ def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_pr
     from distlab.sequence import training
 
     records = distlab.launch(training.train, ranks, progress="none", **dict(TP, **settings))
+    RECORDS[name] = records
     reference = one_process_causal if settings.get("causal") else one_process
     tensor = records[0].config["mesh"]["tensor"]
     for first in range(0, ranks, tensor):                      # each tensor group's slices, merged
@@ -254,3 +257,69 @@ def test_a_line_that_cannot_be_split_is_refused_before_anything_starts(ranks, se
     with pytest.raises(ValueError, match=match):
         distlab.launch(training.train, ranks, progress="none", **dict(TP, **settings))
     assert children() - before == set()
+
+
+def recorded(name: str):
+    """A run of the tests above (launched here when this test runs alone)."""
+    import distlab
+    from distlab.sequence import training
+
+    if name not in RECORDS:
+        if name in CP_RUNS:
+            ranks, settings = CP_RUNS[name]
+        else:
+            ranks, settings = int(name.split("-")[1]), dict(sequence_parallel=name.endswith("-sp"))
+        RECORDS[name] = distlab.launch(training.train, ranks, progress="none", **dict(TP, **settings))
+    return RECORDS[name]
+
+
+def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data):
+    """Issue 28's pictures, from real ranks: the ring hop by hop (from the messages each rank logged),
+    the causal mask coloured by the rank that computed each block (contiguous: rank r the blocks of row r
+    up to the diagonal; zig-zag: rows r and 2n-1-r), the activations against the line's length (model
+    and count), and the shape each rank holds at each point of a block (TP: the whole line between the
+    regions; TP + SP: a piece of it there, the whole line inside)."""
+    import base64
+
+    from distlab.sequence import lines as L
+    from distlab.sequence.memory import SavedTensors, predicted_activation_bytes
+    from distlab.widgets import long_lines as LL
+    from distlab.widgets.display import figure_png
+
+    contiguous, zigzag = recorded("ring-causal-4"), recorded("ring-zigzag-causal-4")
+    frames = LL.ring_frames(contiguous)
+    assert [f["holding"] for f in frames] == [[[0], [1], [2], [3]], [[3], [0], [1], [2]],
+                                             [[2], [3], [0], [1]], [[1], [2], [3], [0]]]
+    assert [f["sends"] for f in frames[:1]] == [[(0, 1, frames[0]["sends"][0][2]), (1, 2, frames[0]["sends"][0][2]),
+                                                 (2, 3, frames[0]["sends"][0][2]), (3, 0, frames[0]["sends"][0][2])]]
+    assert LL.ring_frames(zigzag)[1]["holding"][0] == [3, 4]                  # rank 3's chunks, one hop on
+    assert LL.describe_ring(contiguous).splitlines()[0] == "hop 0: rank 0 [0]; rank 1 [1]; rank 2 [2]; rank 3 [3]"
+    owner = LL.mask_owner(contiguous)
+    assert owner == {(q, k): q for q in range(4) for k in range(q + 1)}     # row q, up to the diagonal
+    zig = LL.mask_owner(zigzag)
+    assert len(zig) == 36 and {zig[7, 0], zig[0, 0]} == {0} and zig[4, 4] == 3   # chunk 7 is rank 0's
+    assert all(figure_png(f)[:4] == b"\x89PNG" for f in (LL.ring_figure(zigzag, 2),
+                                                         LL.mask_figure({"contiguous": contiguous, "zigzag": zigzag})))
+    live = LL.ring_animation(contiguous)
+    assert "hop 3" in live._repr_mimebundle_()["text/plain"]
+
+    cfg = TransformerConfig(d_model=16, heads=2, layers=1, max_digits=4)
+    points = {"one process": []}
+    for k in (2, 4):
+        model = build_transformer(cfg)
+        with SavedTensors(model) as saved:
+            loss_and_accuracy(model, L.train_lines(data, 4, k, seed=0, step=0))
+        points["one process"].append((k * 16, predicted_activation_bytes(cfg, 4, k * 16)["total"], saved.bytes))
+    assert base64.b64encode(figure_png(LL.memory_figure(points)))
+
+    table = LL.holdings_table({"TP": recorded("torchrun-2"), "TP + SP": recorded("torchrun-2-sp")})
+    lines, tokens, width = TP["global_batch_size"], TP["digits"] * 16, TP["d_model"]
+    def row(point, shape):
+        return f"  {point:<14} rank 0 {str(shape):>14}"
+
+    tp, sp = table.split("TP + SP")
+    assert row("LayerNorm 1", (lines, tokens, width)) in tp           # TP: the whole line between the regions
+    assert row("LayerNorm 1", (lines, tokens // 2, width)) in sp      # TP + SP: half of it there
+    assert row("Q", (lines, tokens, width // 2)) in tp and row("Q", (lines, tokens, width // 2)) in sp  # half the heads
+    assert row("MLP out", (lines, tokens, width)) in tp and row("MLP out", (lines, tokens // 2, width)) in sp
+    assert LL.holdings_png({"TP": recorded("torchrun-2")})[:4] == b"\x89PNG"

@@ -102,6 +102,7 @@ class Piece:
         """Forget the previous step's messages, attention time and blocks of scores."""
         self.traffic, self.log, self.work = Traffic(), [], 0.0
         self.blocks = 0      # (chunk of queries, chunk of keys) blocks of scores computed forward
+        self.computed = set()    # which ones (the lesson colours the mask by the rank that computed each)
 
     @property
     def bytes(self) -> dict[str, int]:
@@ -119,7 +120,9 @@ class Piece:
     # -- 1. all-gather: every rank holds the whole line's K and V ------------------------------
     def _gathered(self, q, k, v, causal):
         k_all, v_all = (gather_line(t, self.worker, self.group, self.traffic) for t in (k, v))
-        self.blocks += len(chunk_ids(self.index, self.size, self.split)) * self.tokens // self.chunk   # all of them
+        mine = chunk_ids(self.index, self.size, self.split)
+        self.blocks += len(mine) * self.tokens // self.chunk            # all of them, masked or not
+        self.computed |= {(qc, kc) for qc in mine for kc in range(self.tokens // self.chunk)}
         t0 = time.thread_time()
         scores = q @ k_all.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if causal:
@@ -210,6 +213,7 @@ class _Ring(torch.autograd.Function):
             t0 = time.thread_time()
             for qs, qc, ks, kc in piece.pairs(holder, causal):
                 piece.blocks += 1
+                piece.computed.add((qc, kc))
                 o, s = block_attention(q[..., qs, :], kv[0][..., ks, :], kv[1][..., ks, :], qc, kc, causal)
                 out[..., qs, :], lse[..., qs, :] = merge(out[..., qs, :], lse[..., qs, :], o, s)
             piece.work += time.thread_time() - t0

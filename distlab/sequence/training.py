@@ -56,7 +56,8 @@ class ReadLines(Strategy):
             self.last_step = {k: v - before[k] for k, v in self.traffic.bytes.items()}
         if self.piece is not None:
             self.last_ring = {"bytes": dict(self.piece.bytes), "log": list(self.piece.log),
-                              "attention_seconds": self.piece.work, "score_blocks": self.piece.blocks}
+                              "attention_seconds": self.piece.work, "score_blocks": self.piece.blocks,
+                              "computed": sorted(self.piece.computed), "chunks": self.piece.tokens // self.piece.chunk}
         return Done(loss.item(), digits, t_start, t_compute_end)
 
     @torch.no_grad()
@@ -152,11 +153,35 @@ def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr
     run = Run(worker, data, None, None, model, model, OPTIMIZERS[optimizer](model.parameters(), lr=lr, foreach=False),
               record)
     strategy = ReadLines(traffic, piece, sync)
+    record.shapes = watch_shapes(model.blocks[0])     # filled by the first forward pass
     record = train_steps(run, strategy, steps,
                          lambda step: torch.arange(step * global_batch_size, (step + 1) * global_batch_size)[share])
     record.traffic, record.ring = dict(strategy.last_step), dict(strategy.last_ring)
     record.activation_bytes = strategy.activation_bytes
     return record
+
+
+POINTS = {"ln1": "LayerNorm 1", "attn.q": "Q", "attn": "attention out", "ln2": "LayerNorm 2",
+          "mlp.fc1": "MLP hidden", "mlp": "MLP out"}
+
+
+def watch_shapes(block) -> list:
+    """Lesson 12: the shape of the tensor this rank holds at each point of ``block`` (``POINTS``), from its
+    first forward pass: which part of the line and of the width each rank keeps where."""
+    shapes, hooks = [], []
+
+    def hook(name):
+        def note(module, args, out):
+            if len(shapes) < len(POINTS):
+                shapes.append((POINTS[name], tuple(getattr(out, "_local_tensor", out).shape)))
+            if len(shapes) == len(POINTS):
+                for h in hooks:
+                    h.remove()
+        return note
+
+    for name in POINTS:
+        hooks.append(block.get_submodule(name).register_forward_hook(hook(name)))
+    return shapes
 
 
 def _sync(model, worker, mesh, piece) -> None:

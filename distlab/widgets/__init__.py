@@ -1,4 +1,4 @@
-"""Widgets: the pictures of lessons 00 to 11, each drawn only from records of real runs.
+"""Widgets: the pictures of lessons 00 to 12, each drawn only from records of real runs.
 
 ``display`` (lesson 01) holds what every picture shares: the palette, the sizes, figure to
 PNG, and ``LiveFigure`` (controls above a picture).  Then one module per lesson's pictures:
@@ -7,7 +7,8 @@ PNG, and ``LiveFigure`` (controls above a picture).  Then one module per lesson'
 ``launches`` (09: one run launched three ways),
 ``monitor`` (10: a running job's loss curves and each rank's progress, read from the metrics
 files its ranks write), ``horovod`` (10: Horovod's own timeline, drawn from its trace) and
-``course`` (11: the learner's own measurements across the course).
+``course`` (11: the learner's own measurements across the course), ``long_lines`` (12: the ring of
+K/V blocks, the causal mask by rank, activations against the line's length, what each rank holds).
 The memory calculator draws the memory model (``measure.memory_model``), itself no record
 but a formula.  Widgets read records and never train: a "measure" button calls a function the
 lesson hands it, and the monitor and the timeline only read files.

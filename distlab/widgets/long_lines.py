@@ -1,0 +1,172 @@
+"""Lesson 12's pictures: the line split across ranks, drawn from what the ranks recorded.
+
+Introduced in lesson 12 (long lines: splitting the heads and the sequence).  Four pictures:
+
+- ``ring_animation``: the K/V blocks travelling round the ring, hop by hop, replayed from the
+  messages each rank logged (``record.ring["log"]``), as lesson 03 replays its ring all-reduce;
+- ``mask_figure``: the causal attention mask in blocks of chunks, each block coloured by the rank
+  that computed it (``record.ring["computed"]``), contiguous beside zig-zag, with each rank's
+  measured attention time under it;
+- ``memory_figure``: the activations a rank keeps against the length of the line, predicted by
+  ``sequence.memory`` (lines) and counted on the ranks (points), for each way of splitting;
+- ``holdings_table``: the shape of what each rank holds at each point of a block (``record.shapes``),
+  for TP beside TP+SP: where the line is whole, where it is in pieces, where the width is.
+"""
+from __future__ import annotations
+
+import math
+
+import ipywidgets as W
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from .display import GREY, NARROW, WIDTH, LiveFigure, figure_png, rank_colour
+
+
+# ---- the ring ----------------------------------------------------------------------------------
+def ring_frames(records) -> list[dict]:
+    """Lesson 12: hop by hop, which chunks of K and V each rank holds and where it sends them next.
+
+    From the forward messages of the first block (each rank logs one per hop): at hop ``h`` a rank
+    holds what it sends then; at the last hop it holds what its left neighbour sent it before."""
+    n = len(records)
+    forward = [[m for m in r.ring["log"] if m["phase"] == "forward"][:n - 1] for r in records]
+    frames = []
+    for hop in range(n):
+        holding, sends = [], []
+        for r in range(n):
+            if hop < n - 1:
+                holding.append(forward[r][hop]["chunks"])
+                sends.append((r, forward[r][hop]["to"], forward[r][hop]["bytes"]))
+            else:
+                holding.append(forward[(r - 1) % n][hop - 1]["chunks"] if n > 1 else [r])
+        frames.append({"hop": hop, "holding": holding, "sends": sends})
+    return frames
+
+
+def ring_figure(records, hop: int) -> Figure:
+    """Lesson 12: the ranks in a circle at ``hop``: each one's own query chunks, the K/V chunks it holds."""
+    n, frame = len(records), ring_frames(records)[hop]
+    mine = [_own_chunks(r) for r in records]
+    fig = Figure(figsize=(NARROW, NARROW * 0.62), layout="constrained")
+    ax = fig.add_subplot()
+    where = [(math.cos(math.pi / 2 - 2 * math.pi * r / n), math.sin(math.pi / 2 - 2 * math.pi * r / n))
+             for r in range(n)]
+    for r, (x, y) in enumerate(where):
+        ax.add_patch(Rectangle((x - 0.33, y - 0.2), 0.66, 0.4, color=rank_colour(r), alpha=0.25))
+        ax.text(x, y + 0.08, f"rank {r}: queries {mine[r]}", ha="center", fontsize=9)
+        ax.text(x, y - 0.1, f"holds K, V {frame['holding'][r]}", ha="center", fontsize=9, weight="bold")
+    for src, dst, nbytes in frame["sends"]:
+        (x0, y0), (x1, y1) = where[src], where[dst]
+        ax.add_patch(FancyArrowPatch((x0 * 0.7, y0 * 0.7), (x1 * 0.7, y1 * 0.7), arrowstyle="-|>",
+                                     mutation_scale=14, color=rank_colour(src), connectionstyle="arc3,rad=0.25"))
+    ax.set_xlim(-1.5, 1.5)
+    ax.set_ylim(-1.35, 1.35)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    nbytes = frame["sends"][0][2] if frame["sends"] else 0
+    ax.set_title(f"hop {hop} of {n - 1}: every rank attends its queries to the K, V it holds"
+                 + (f", then passes them on ({nbytes:,} bytes each)" if frame["sends"] else ": the last one"),
+                 fontsize=9, loc="left")
+    return fig
+
+
+def _own_chunks(record) -> list[int]:
+    from ..sequence.context_parallel import chunk_ids
+
+    mesh = record.config["mesh"]
+    return chunk_ids(record.rank % mesh["context"] if mesh else 0, mesh["context"] if mesh else 1,
+                     record.config["split"])
+
+
+def ring_animation(records) -> LiveFigure:
+    """Lesson 12: step through the hops of one ring-attention forward pass (a slider and a play button)."""
+    if not records[0].ring.get("log"):
+        raise ValueError("these records carry no ring messages: train with context > 1 and attention='ring'")
+    last = len(records) - 1
+    slider = W.IntSlider(value=0, min=0, max=last, description="hop")
+    play = W.Play(value=0, min=0, max=last, interval=1500, description="play")
+    W.jslink((play, "value"), (slider, "value"))
+    return LiveFigure([slider], lambda hop: ring_figure(records, hop), lambda hop: describe_ring(records),
+                      extra=[play], cache=True)
+
+
+def describe_ring(records) -> str:
+    """The whole forward pass of the ring as text (what a viewer without widgets reads)."""
+    lines = []
+    for f in ring_frames(records):
+        held = "; ".join(f"rank {r} {c}" for r, c in enumerate(f["holding"]))
+        lines.append(f"hop {f['hop']}: {held}")
+    return "\n".join(lines)
+
+
+# ---- who computes which block of the mask ------------------------------------------------------
+def mask_owner(records) -> dict[tuple[int, int], int]:
+    """Lesson 12: (query chunk, key chunk) -> the rank that computed that block of scores."""
+    return {tuple(pair): r.rank for r in records for pair in r.ring["computed"]}
+
+
+def mask_figure(runs: dict) -> Figure:
+    """Lesson 12: ``runs`` maps a name ("contiguous", "zigzag") to one causal run's records: the mask in
+    chunks coloured by rank (white: hidden by the mask, never computed), and each rank's attention time."""
+    fig = Figure(figsize=(WIDTH, 4.6), layout="constrained")
+    grid = fig.add_gridspec(2, len(runs), height_ratios=[3, 1.2])
+    for k, (name, records) in enumerate(runs.items()):
+        owner, chunks = mask_owner(records), records[0].ring["chunks"]
+        ax = fig.add_subplot(grid[0, k])
+        for (qc, kc), r in owner.items():
+            ax.add_patch(Rectangle((kc, qc), 1, 1, color=rank_colour(r), alpha=0.85))
+        ax.set_xlim(0, chunks)
+        ax.set_ylim(chunks, 0)
+        ax.set_aspect("equal")
+        ax.set_xticks(range(chunks + 1))
+        ax.set_yticks(range(chunks + 1))
+        ax.set_xlabel("key chunk")
+        ax.set_ylabel("query chunk")
+        ax.set_title(f"{name}: {chunks} chunks, colour = the rank that computed the block", fontsize=9, loc="left")
+        bars = fig.add_subplot(grid[1, k])
+        times = [r.ring["attention_seconds"] * 1e3 for r in records]
+        bars.bar(range(len(records)), times, color=[rank_colour(r.rank) for r in records])
+        bars.set_xticks(range(len(records)), [f"rank {r.rank}" for r in records])
+        bars.set_ylabel("attention, ms")
+        bars.set_title(f"slowest / fastest: {max(times) / min(times):.2f} (one step, measured)", fontsize=9,
+                       loc="left")
+    return fig
+
+
+# ---- memory against the line's length ----------------------------------------------------------
+def memory_figure(points: dict) -> Figure:
+    """Lesson 12: ``points`` maps a way of splitting to ``[(tokens, predicted bytes, measured bytes), ...]``."""
+    fig = Figure(figsize=(NARROW, 3.4), layout="constrained")
+    ax = fig.add_subplot()
+    for k, (name, rows) in enumerate(points.items()):
+        rows = sorted(rows)
+        colour = rank_colour(k)
+        ax.plot([t for t, _, _ in rows], [p / 2**20 for _, p, _ in rows], color=colour, label=f"{name} (model)")
+        ax.plot([t for t, _, _ in rows], [m / 2**20 for _, _, m in rows], "o", color=colour, label=f"{name} (counted)")
+    ax.set_xlabel("tokens in a line")
+    ax.set_ylabel("activations per rank, MiB")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(color=GREY, alpha=0.3)
+    return fig
+
+
+# ---- what each rank holds where ------------------------------------------------------------------
+def holdings_table(runs: dict) -> str:
+    """Lesson 12: ``runs`` maps a name ("TP", "TP + SP") to its records: per point of the first block, the
+    shape each rank held, (lines, tokens, width), as a text table."""
+    out = []
+    for name, records in runs.items():
+        out.append(f"{name} ({len(records)} ranks): shape (lines, tokens, width) each rank holds")
+        for i, (point, _) in enumerate(records[0].shapes):
+            shapes = "  ".join(f"rank {r.rank} {str(r.shapes[i][1]):>14}" for r in records)
+            out.append(f"  {point:<14} {shapes}")
+    return "\n".join(out)
+
+
+def holdings_png(runs: dict) -> bytes:
+    """The same table as a picture (for a widget's or a saved notebook's output)."""
+    text = holdings_table(runs)
+    fig = Figure(figsize=(WIDTH, 0.22 * (text.count("\n") + 2)), layout="constrained")
+    fig.text(0.01, 0.98, text, family="monospace", fontsize=9, va="top")
+    return figure_png(fig)
