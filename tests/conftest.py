@@ -40,6 +40,24 @@ def warm_ranks():
             os.environ["DISTLAB_WARM"] = before
 
 
+@pytest.fixture
+def cli_here(capsys):
+    """The same command through ``cli.main`` in this process, for what only reads or refuses a config:
+    what the command prints and returns, without the 3-10 s of a new Python's imports per call (issue 25).
+    The tests that start ranks, and one --help, still run ``python -m distlab.cli`` itself."""
+    from distlab import cli
+
+    def call(*args) -> helpers.Said:
+        capsys.readouterr()
+        try:
+            code = cli.main(list(args))
+        except SystemExit as stop:                     # argparse: --help (0), a usage error (2)
+            code = stop.code if isinstance(stop.code, int) else 0
+        said = capsys.readouterr()
+        return helpers.Said(code, said.out, said.err)
+    return call
+
+
 def pytest_runtest_setup(item):
     """A notebook collected by nbval (``pytest --nbval notebooks``) runs once, from its first cell.
     The first test that waits for the simulated Binder marks the end of the foreground's own tests."""

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import psutil
 
@@ -105,3 +106,10 @@ def launch_forever_in_subprocess(tmp_path, pid_dir, backend="torchrun", wait=120
     pids = read_pids(pid_dir)
     assert len(pids) == 2 and len(alive(pids)) == 2, proc.stdout.read() if proc.poll() is not None else ""
     return proc, pids
+
+
+class Said(NamedTuple):
+    """What a ``distlab`` command said: its exit code and its two streams (as ``subprocess.run``'s)."""
+    returncode: int
+    stdout: str
+    stderr: str

@@ -3,7 +3,6 @@ import os
 import socket
 import subprocess
 import sys
-from typing import NamedTuple
 
 import pytest
 import torch
@@ -18,30 +17,6 @@ CLI = [sys.executable, "-m", "distlab.cli"]
 
 def distlab_cli(*args, cwd=None, timeout=300):
     return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-class Said(NamedTuple):
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli_here(capsys):
-    """The same command through ``cli.main`` in this process, for what only reads or refuses a config:
-    what the command prints and returns, without the 3-10 s of a new Python's imports per call (issue 25).
-    The tests that start ranks, and one --help, still run ``python -m distlab.cli`` itself."""
-    from distlab import cli
-
-    def call(*args) -> Said:
-        capsys.readouterr()
-        try:
-            code = cli.main(list(args))
-        except SystemExit as stop:                     # argparse: --help (0), a usage error (2)
-            code = stop.code if isinstance(stop.code, int) else 0
-        said = capsys.readouterr()
-        return Said(code, said.out, said.err)
-    return call
 
 
 def small(tmp_path, **launch):

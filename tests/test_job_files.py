@@ -6,7 +6,8 @@ or network needed); the SLURM script through `bash -n` and then for real, with `
 schema for it (tests/data, from the training operator's CRD); the Vertex AI custom job through
 `google-cloud-aiplatform`'s own CustomJobSpec type (its protobuf parser refuses unknown fields and
 unknown machine or accelerator names), and its container's command run for real on one node
-with a CLUSTER_SPEC like Vertex's.
+with a CLUSTER_SPEC like Vertex's.  ``distlab job`` itself runs in this process (``cli_here``, issue 25:
+a new Python's imports cost 3-20 s a call); the scripts it writes run as they would on a cluster.
 """
 import json
 import os
@@ -23,7 +24,6 @@ from distlab.cluster.config import ConfigError, RunConfig
 from distlab.processes import vertex_node
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "distlab.cli"]
 IMAGE = "registry.example/distlab:0.1"
 
 
@@ -42,13 +42,13 @@ def write_config(tmp_path, c, name="run.yaml"):
 # ---------------------------------------------------------------- Azure ML
 
 @pytest.mark.parametrize("backend,distribution", [("torchrun", "PyTorchDistribution"), ("horovod", "MpiDistribution")])
-def test_the_azureml_job_loads_with_the_official_sdk(tmp_path, backend, distribution):
+def test_the_azureml_job_loads_with_the_official_sdk(tmp_path, backend, distribution, cli_here, monkeypatch):
     from azure.ai.ml import load_job
 
     c = config(launch={"backend": backend, "nodes": 3, "processes_per_node": 4}, training={"global_batch_size": 48})
     write_config(tmp_path, c)
-    out = subprocess.run([*CLI, "job", "azureml", "run.yaml", "-o", "job.yml"], cwd=tmp_path, capture_output=True,
-                         text=True)
+    monkeypatch.chdir(tmp_path)
+    out = cli_here("job", "azureml", "run.yaml", "-o", "job.yml")
     assert out.returncode == 0, out.stderr
     job = load_job(source=str(tmp_path / "job.yml"))
     assert type(job.distribution).__name__ == distribution
@@ -82,12 +82,12 @@ def fake_slurm(tmp_path) -> dict:
     return {**os.environ, "PATH": path, "SLURM_JOB_NODELIST": "node001", "SLURM_JOB_ID": "4242"}
 
 
-def test_the_slurm_script_parses_and_its_torchrun_line_runs(tmp_path):
+def test_the_slurm_script_parses_and_its_torchrun_line_runs(tmp_path, cli_here, monkeypatch):
     c = config(logging={"dir": str(tmp_path / "runs"), "name": "slurm"})
     write_config(tmp_path, c)
     script = tmp_path / "job.sbatch"
-    out = subprocess.run([*CLI, "job", "slurm", "run.yaml", "-o", str(script)], cwd=tmp_path, capture_output=True,
-                         text=True)
+    monkeypatch.chdir(tmp_path)
+    out = cli_here("job", "slurm", "run.yaml", "-o", str(script))
     assert out.returncode == 0, out.stderr
     text = script.read_text()
     assert "#SBATCH --nodes=1" in text and "--rdzv-backend=c10d" in text and '"$HEAD_NODE:29671"' in text
@@ -154,30 +154,30 @@ def test_the_schema_check_bites():
         jsonschema.validate(job, SCHEMA)
 
 
-def test_unsupported_targets_and_backends_are_refused(tmp_path):
+def test_unsupported_targets_and_backends_are_refused(tmp_path, cli_here, monkeypatch):
     with pytest.raises(ConfigError, match="would need an MPIJob"):
         job_files.k8s(config(launch={"backend": "horovod"}))
     write_config(tmp_path, config())
-    out = subprocess.run([*CLI, "job", "lsf", "run.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    monkeypatch.chdir(tmp_path)
+    out = cli_here("job", "lsf", "run.yaml")
     assert out.returncode == 2 and "no job target 'lsf': choose one of azureml, slurm, k8s, vertex" in out.stderr
-    out = subprocess.run([*CLI, "job", "slurm", "run.yaml", "--machine-type", "a3-highgpu-8g"], cwd=tmp_path,
-                         capture_output=True, text=True)
+    out = cli_here("job", "slurm", "run.yaml", "--machine-type", "a3-highgpu-8g")
     assert out.returncode == 2 and "--machine-type and --accelerator-type are Vertex AI's" in out.stderr
 
 
 # ---------------------------------------------------------------- the image a cloud pulls
 
 @pytest.mark.parametrize("target", ["azureml", "k8s", "vertex"])
-def test_a_container_job_needs_an_image_a_cloud_can_pull(tmp_path, target):
+def test_a_container_job_needs_an_image_a_cloud_can_pull(tmp_path, target, cli_here, monkeypatch):
     """No default image: `distlab:latest` exists only where it was built, and a cloud cannot pull it."""
     c = config()
     c.launch.image = None
     write_config(tmp_path, c)
-    out = subprocess.run([*CLI, "job", target, "run.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    monkeypatch.chdir(tmp_path)
+    out = cli_here("job", target, "run.yaml")
     assert out.returncode == 2 and not out.stdout
     assert f"distlab job {target} needs launch.image" in out.stderr and "docker/Dockerfile" in out.stderr
-    with_image = subprocess.run([*CLI, "job", target, "run.yaml", "--set", f"launch.image={IMAGE}"], cwd=tmp_path,
-                                capture_output=True, text=True)
+    with_image = cli_here("job", target, "run.yaml", "--set", f"launch.image={IMAGE}")
     assert with_image.returncode == 0 and IMAGE in with_image.stdout, with_image.stderr
     for unpullable in ("distlab:latest", "registry.example/distlab"):
         with pytest.raises(ConfigError, match="is no image a cloud can pull"):
@@ -210,11 +210,12 @@ def vertex_spec(text: str):
 
 @pytest.mark.parametrize("nodes,device,machine,accelerator", [(1, "cpu", "n1-standard-4", None),
                                                               (3, "cuda", "a3-highgpu-4g", "NVIDIA_H100_80GB")])
-def test_the_vertex_job_loads_with_aiplatforms_own_types(tmp_path, nodes, device, machine, accelerator):
+def test_the_vertex_job_loads_with_aiplatforms_own_types(tmp_path, nodes, device, machine, accelerator, cli_here,
+                                                         monkeypatch):
     c = config(launch={"nodes": nodes, "processes_per_node": 4, "device": device}, training={"global_batch_size": 48})
     write_config(tmp_path, c)
-    out = subprocess.run([*CLI, "job", "vertex", "run.yaml", "-o", "job.yaml"], cwd=tmp_path, capture_output=True,
-                         text=True)
+    monkeypatch.chdir(tmp_path)
+    out = cli_here("job", "vertex", "run.yaml", "-o", "job.yaml")
     assert out.returncode == 0, out.stderr
     assert "gcloud ai custom-jobs create --region=REGION --display-name=run --config=job.yaml" in out.stdout
     spec = vertex_spec((tmp_path / "job.yaml").read_text())
