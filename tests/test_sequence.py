@@ -323,3 +323,24 @@ def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data):
     assert row("Q", (lines, tokens, width // 2)) in tp and row("Q", (lines, tokens, width // 2)) in sp  # half the heads
     assert row("MLP out", (lines, tokens, width)) in tp and row("MLP out", (lines, tokens // 2, width)) in sp
     assert LL.holdings_png({"TP": recorded("torchrun-2")})[:4] == b"\x89PNG"
+
+
+def test_pytorchs_own_context_parallel_is_tried_for_real(warm_ranks):
+    """Issue 28: PyTorch's experimental context_parallel, run on these ranks.  On CPU (PyTorch 2.13) its
+    ring has no rule for the CPU attention kernel: the exact error is what the lesson shows.  Where it
+    runs (a GPU, or a later PyTorch), it must equal attention on the whole line."""
+    import distlab
+    from distlab.sequence import pytorch_context_parallel as P
+
+    results = distlab.launch(P.attempt, 2, progress="none", causal=True)
+    for r in results:
+        if r["ran"]:
+            assert r["max_diff"] <= 1e-5, r
+        else:
+            assert r["device"] == "cpu" and r["error"] == (
+                "NotImplementedError: Operator aten._scaled_dot_product_flash_attention_for_cpu.default does not "
+                "have a sharding strategy registered."), r
+    with pytest.raises(ValueError, match="attempt cannot run with backend='horovod': it runs on backend='torchrun'"):
+        distlab.launch(P.attempt, 2, backend="horovod", progress="none")
+    with pytest.raises(ValueError, match="a line of 30 tokens does not cut into 2 x 2 equal chunks"):
+        distlab.launch(P.attempt, 2, tokens=30, progress="none")
