@@ -36,6 +36,7 @@ from distlab.sequence import training
 from distlab.sequence.memory import predicted_activation_bytes
 from distlab.sequence.transformer import TransformerConfig, build_transformer
 from scripts.goals import goal
+from scripts.wire import loopback_bytes
 
 SHORT, LONGER = 2, 7      # steps of the two runs whose loopback bytes are subtracted
 
@@ -46,15 +47,6 @@ MODEL = dict(d_model=64, heads=4, layers=2, digits=DIGITS, global_batch_size=8, 
 def imbalance(records) -> float:
     times = [r.ring["attention_seconds"] for r in records]
     return max(times) / min(times)
-
-
-def loopback_bytes() -> int:
-    """Bytes sent over ``lo`` since boot (the transmit counter of /proc/net/dev)."""
-    with open("/proc/net/dev") as f:
-        for line in f:
-            if line.strip().startswith("lo:"):
-                return int(line.split(":", 1)[1].split()[8])
-    raise RuntimeError("no loopback interface in /proc/net/dev")
 
 
 def wire_per_step(**settings) -> float:

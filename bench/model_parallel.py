@@ -33,21 +33,13 @@ from distlab.parallel import data_parallel as dp
 from distlab.parallel import pipeline, schedules
 from distlab.parallel import tensor_parallel as T
 from scripts.goals import goal
+from scripts.wire import loopback_bytes
 
 MODEL = dict(model="mlp", width=1024, depth=3, global_batch_size=512, lr=0.01)
 STEPS, SKIP, ROUNDS = 10, 2, 3
 MICRO = (1, 2, 4, 8)
 WIRE = dict(width=1024, global_batch_size=256, lr=0.01)
 SHORT, LONG = 3, 13
-
-
-def loopback_bytes() -> int:
-    """Bytes sent over ``lo`` since boot (the transmit counter of /proc/net/dev)."""
-    with open("/proc/net/dev") as f:
-        for line in f:
-            if line.strip().startswith("lo:"):
-                return int(line.split(":", 1)[1].split()[8])
-    raise RuntimeError("no loopback interface in /proc/net/dev")
 
 
 def run_pipeline(world: int, schedule: str, m: int, steps: int = STEPS):
