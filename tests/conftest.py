@@ -8,6 +8,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import helpers  # noqa: E402
+from helpers import ROOT  # noqa: E402
 
 _nbval_files = set()
 
@@ -79,10 +80,21 @@ def _needs_binder(item) -> bool:
 
 def pytest_collection_modifyitems(session, config, items):
     """Issue 25: the tests that wait for the simulated Binder's background runs go last (the browser's
-    lessons at the very end), so that the other tests run while it builds and runs the course."""
+    lessons at the very end), so that the other tests run while it builds and runs the course; and
+    when the whole suite runs with it, the second lane's modules leave this process (second_lane.py)."""
     rank = {id(item): (2 if getattr(item, "originalname", "") == BROWSER_TEST else 1) if _needs_binder(item) else 0
             for item in items}
     items.sort(key=lambda item: rank[id(item)])          # stable: each group keeps its order
+    import second_lane
+
+    lane = {os.path.join(ROOT, m) for m in second_lane.MODULES}
+    moved = [item for item in items if str(item.path) in lane]
+    if (os.environ.get("DISTLAB_SECOND_LANE", "1") != "0" and not config.option.keyword
+            and not config.option.markexpr and any(_needs_binder(item) for item in items)
+            and {str(item.path) for item in moved} == lane):
+        config.hook.pytest_deselected(items=moved)
+        items[:] = [item for item in items if str(item.path) not in lane]
+        config.second_lane = sorted(lane)
 
 
 @pytest.fixture(scope="session")
@@ -111,17 +123,37 @@ def pytest_collection_finish(session):
             from browser_lab import notebook_dir
 
             source = notebook_dir()
-        binder_course.start([params["lesson"] for name, params in named if name == "test_lesson_runs_on_binder"],
-                            browser=browser, browser_source=source)
+        course = binder_course.start([params["lesson"] for name, params in named
+                                      if name == "test_lesson_runs_on_binder"], browser=browser, browser_source=source)
+        if getattr(session.config, "second_lane", None):
+            import second_lane
+
+            after = [*course.results.values(), *(course.browser.results.values() if course.browser else ())]
+            second_lane.start(session.config.second_lane, after, junit=session.config.option.xmlpath)
 
 
 def pytest_sessionfinish(session):
     """Stop the background course (nothing outlives the session).  Issue 25: no lesson runs more than
     twice in one session; the session fails if one did."""
+    if getattr(session.config, "second_lane", None) and not session.config.option.collectonly:
+        import second_lane           # the session's last wait: the second lane's tests (issue 25)
+
+        lane = second_lane.current()
+        if lane is None:            # its modules left this process: they must have run somewhere
+            LANE_RESULT.extend([None, "", "nowhere: it never started"])
+        else:
+            code, text = lane.result() if session.exitstatus != pytest.ExitCode.INTERRUPTED else (None, "")
+            LANE_RESULT.extend([code, text, lane.log])
+            second_lane.stop()
+        if LANE_RESULT[0] != 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if "binder_course" in sys.modules:
         sys.modules["binder_course"].stop()
     if helpers.executed_too_often(helpers.EXECUTIONS):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+LANE_RESULT: list = []      # the second lane's exit code, output and log file, for the summary
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -140,6 +172,18 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("background timeline (seconds into the session)")
         for t, what in helpers.TIMELINE:
             terminalreporter.write_line(f"{t:6.0f}  {what}")
+    if LANE_RESULT:
+        lane = sys.modules["second_lane"]
+        terminalreporter.section("second lane (tests/second_lane.py)")
+        code, text, log = LANE_RESULT or (None, "", "nowhere: it never started")
+        lines = text.splitlines()
+        shown = lines[next((i for i, ln in enumerate(lines) if "slowest" in ln and "durations" in ln), len(lines)):]
+        for line in shown or lines[-20:]:
+            terminalreporter.write_line(line)
+        verdict = ("passed" if code == 0 else "did not finish" if code is None else f"FAILED (exit code {code})")
+        terminalreporter.write_line(f"second lane {', '.join(os.path.basename(m) for m in lane.MODULES)}: {verdict}; "
+                                    f"its output: {log}",
+                                    red=code != 0, green=code == 0)
     module = sys.modules.get("binder_course")
     if module is not None and module.REPORT:
         terminalreporter.section("binder simulation")
