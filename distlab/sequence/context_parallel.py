@@ -206,7 +206,8 @@ class _Ring(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, piece, causal):
         n, me = piece.size, piece.index
-        out, lse = torch.zeros_like(q), torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)
+        out = torch.zeros_like(q)        # laid out as q is: the heads side by side are a view of it
+        lse = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)
         kv = torch.stack([k, v])                              # one message a hop
         for hop in range(n):
             holder = (me - hop) % n                           # whose K/V this rank holds now
@@ -239,7 +240,8 @@ class _Ring(torch.autograd.Function):
                 scores = q[..., qs, :] @ kb[..., ks, :].transpose(-2, -1) * scale
                 if causal and kc == qc:
                     t = scores.shape[-1]
-                    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+                    hidden = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+                    scores = scores.masked_fill(hidden, float("-inf"))
                 p = torch.exp(scores - lse[..., qs, :])          # the forward's probabilities, recomputed
                 dv[..., ks, :] += p.transpose(-2, -1) @ d_out[..., qs, :]
                 ds = p * (d_out[..., qs, :] @ vb[..., ks, :].transpose(-2, -1) - delta[..., qs, :])

@@ -46,8 +46,8 @@ def ring_frames(records) -> list[dict]:
 
 def ring_figure(records, hop: int) -> Figure:
     """Lesson 12: the ranks in a circle at ``hop``: each one's own query chunks, the K/V chunks it holds."""
-    n, frame = len(records), ring_frames(records)[hop]
-    mine = [_own_chunks(r) for r in records]
+    n, frames = len(records), ring_frames(records)
+    frame, mine = frames[hop], frames[0]["holding"]         # at hop 0 each rank holds its own chunks' K, V
     fig = Figure(figsize=(NARROW, NARROW * 0.62), layout="constrained")
     ax = fig.add_subplot()
     where = [(math.cos(math.pi / 2 - 2 * math.pi * r / n), math.sin(math.pi / 2 - 2 * math.pi * r / n))
@@ -69,14 +69,6 @@ def ring_figure(records, hop: int) -> Figure:
                  + (f", then passes them on ({nbytes:,} bytes each)" if frame["sends"] else ": the last one"),
                  fontsize=9, loc="left")
     return fig
-
-
-def _own_chunks(record) -> list[int]:
-    from ..sequence.context_parallel import chunk_ids
-
-    mesh = record.config["mesh"]
-    return chunk_ids(record.rank % mesh["context"] if mesh else 0, mesh["context"] if mesh else 1,
-                     record.config["split"])
 
 
 def ring_animation(records) -> LiveFigure:
