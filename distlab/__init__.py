@@ -19,9 +19,10 @@ The package is laid out by role; every module names the lesson that introduces i
 - ``long_runs/``  long jobs (lesson 10): what every rank writes down each step (and, when asked, to
                   TensorBoard), watching those files from outside, saving and resuming every
                   rank's state, failing on purpose, and Horovod's own timeline of its collectives
-- ``course/``     the exercises' checkers and the learner's stored results (lessons 00-11)
-- ``sequence/``   lines of handwriting, the small transformer that reads them, and its blocks split
-                  across ranks by heads and hidden units (lesson 12, in the making)
+- ``course/``     the exercises' checkers and the learner's stored results (lessons 00-12)
+- ``sequence/``   lines of handwriting, the small transformer that reads them, split across ranks by
+                  heads (tensor and sequence parallelism) and by the line (context parallelism, ring
+                  attention), and the activation memory each split keeps (lesson 12)
 - ``widgets/``    the lessons' pictures, drawn only from records
 - ``doctor``, ``cli``   what this machine can do (lesson 00), and ``distlab`` in a terminal
 """

@@ -179,7 +179,20 @@ my_hours = ...
 check.job_hours_between_failures(my_hours, machines=512, years_between_failures=3)
 
 # %% [markdown]
-# ## 12. Your course in one picture
+# ## 12. Long lines (lesson 12)
+#
+# For each trouble with a transformer on long lines, which split answers it: `"tensor"`
+# parallelism (heads and MLP units across ranks), `"sequence"` parallelism (the line in pieces
+# between the split regions) or `"context"` parallelism (the line in pieces through the whole block)?
+
+# %%
+my_splits = {"one block's weights and heads are too much work for one rank": ...,
+             "every tensor rank keeps the same LayerNorm activations of the whole line": ...,
+             "the attention of one line no longer fits in one rank's memory": ...}
+check.long_line_split(my_splits)
+
+# %% [markdown]
+# ## 13. Your course in one picture
 #
 # Every panel is what one lesson stored when you ran it; a lesson you have not run says so.
 # Read it before the answer below: what did distributing change in the result, what did it cost,
@@ -192,7 +205,7 @@ from distlab.widgets.display import show
 show(course_figure(course_results.load()))
 
 # %% [markdown]
-# ## 13. The answer for the insurance company
+# ## 14. The answer for the insurance company
 #
 # Built from what **you** measured (each line says which lesson it comes from; a lesson you
 # did not run is named instead of a number):
@@ -255,4 +268,4 @@ line("10", lambda r: f"at scale failures are normal: a killed worker cost {r['st
 # ZeRO or split the model when the model's state outgrows a worker; and on a cluster, write the
 # run down as a config and keep checkpoints, because something will fail.
 #
-# **Previous:** [10 · Failure is normal at scale](10_failure_is_normal_at_scale.ipynb) · [The course: map, glossary, solutions](../course/README.md)
+# **Previous:** [10 · Failure is normal at scale](10_failure_is_normal_at_scale.ipynb) · **Next:** [12 · Long lines: splitting the heads and the sequence](12_long_lines.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -7,6 +7,7 @@ from distlab.course import exercises as ex
 from distlab.course import knowledge_check as exc
 from distlab.course import exercises_cluster as exl
 from distlab.course import exercises_failure as exf
+from distlab.course import exercises_long_lines as exll
 from distlab.comm import cost_model
 from distlab.data import load_digits
 from distlab.measure import speedup
@@ -18,6 +19,9 @@ CLUSTER = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
 ONE_LANE = cost_model.Link(alpha=93e-6, beta=1 / 4.6e9, gamma=1 / 22e9, lanes=1)    # lesson 03's machine
 ALPHA, BETA, NBYTES = 200e-6, 1 / 2e9, speedup.gradient_bytes("mlp", 64)
 
+TROUBLES = ["one block's weights and heads are too much work for one rank",
+            "every tensor rank keeps the same LayerNorm activations of the whole line",
+            "the attention of one line no longer fits in one rank's memory"]
 PLACES = ["the data takes too long on one worker", "the model does not fit in one worker's memory",
           "the optimizer's state does not fit, the model does"]
 STORED = {"01": {"world_size": 2, "max_param_difference": 3.6e-7},
@@ -79,7 +83,19 @@ CASES = {
                                (2 * 30 * 72_000) ** 0.5, (30 * 72_000) ** 0.5, "half an interval"),
     "10 steps redone": (exf.steps_redone, dict(reached=306, resumed_from=300, measured=6), 6, 306,
                         "only the steps after the last checkpoint"),
+    "12 tensor parallel bytes": (exll.tp_bytes, dict(batch=8, tokens=512, d_model=64, layers=4),
+                                 4 * 2 * 2 * 8 * 512 * 64 * 4, 4 * 2 * 8 * 512 * 64 * 4, "twin backward"),
+    "12 one block only": (exll.tp_bytes, dict(batch=8, tokens=512, d_model=64, layers=4),
+                          4 * 2 * 2 * 8 * 512 * 64 * 4, 2 * 2 * 8 * 512 * 64 * 4, "that is one block"),
+    "12 ring bytes": (exll.ring_bytes, dict(batch=8, tokens=512, d_model=64, ranks=4),
+                      3 * 2 * 8 * 128 * 64 * 4, 4 * 2 * 8 * 128 * 64 * 4, "the last hop is not needed"),
+    "12 ring bytes, K only": (exll.ring_bytes, dict(batch=8, tokens=512, d_model=64, ranks=4),
+                              3 * 2 * 8 * 128 * 64 * 4, 3 * 8 * 128 * 64 * 4, "K and V both travel"),
+    "12 zig-zag chunks": (exll.zigzag_chunks, dict(rank=2, ranks=8), [13, 2], [2], "contiguous split"),
+    "12 zig-zag neighbours": (exll.zigzag_chunks, dict(rank=2, ranks=8), (2, 13), [4, 5], "neighbouring chunks"),
     # lesson 11's knowledge check: stored results of the lessons, as course_results keeps them
+    "11 long lines": (exc.long_line_split, {}, dict(zip(TROUBLES, ["tensor", "sequence", "context"])),
+                      dict(zip(TROUBLES, ["tensor", "context", "context"])), "between the split regions"),
     "11 which parallelism": (exc.which_parallelism, {}, dict(zip(PLACES, ["data", "model", "zero"])),
                              dict(zip(PLACES, ["model", "model", "zero"])), "copies of the model"),
     "11 one big batch": (exc.same_as_one_big_batch, dict(results=STORED["01"]), True, False, "big batch's gradient"),

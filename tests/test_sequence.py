@@ -311,6 +311,16 @@ def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data):
             loss_and_accuracy(model, L.train_lines(data, 4, k, seed=0, step=0))
         points["one process"].append((k * 16, predicted_activation_bytes(cfg, 4, k * 16)["total"], saved.bytes))
     assert base64.b64encode(figure_png(LL.memory_figure(points)))
+    points["the model only"] = [(t, p, None) for t, p, _ in points["one process"]]        # a line, no points
+    assert figure_png(LL.memory_figure(points, budget=2**20))[:4] == b"\x89PNG"
+    line = L.train_lines(data, 1, 3, seed=0, step=0)
+    drawn = LL.line_figure(line.tokens[0], line.digits[0], bool(line.valid[0]))
+    pixels = torch.as_tensor(drawn.axes[0].images[0].get_array())                          # put back together
+    assert torch.equal(L.to_tokens(pixels.reshape(8, 3, 8).permute(1, 0, 2)[None]), line.tokens)
+    assert figure_png(drawn)[:4] == b"\x89PNG"
+    # each rank's attention time in every step, not only the last (the lesson's spread)
+    assert all(len(r.ring["attention_seconds_by_step"]) == TP["steps"] and
+               r.ring["attention_seconds_by_step"][-1] == r.ring["attention_seconds"] for r in contiguous)
 
     table = LL.holdings_table({"TP": recorded("torchrun-2"), "TP + SP": recorded("torchrun-2-sp")})
     lines, tokens, width = TP["global_batch_size"], TP["digits"] * 16, TP["d_model"]

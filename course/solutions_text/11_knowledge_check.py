@@ -121,3 +121,14 @@ assert check.failure_cost(lesson10["steps_redone"], lesson10)
 
 # %%
 assert check.job_hours_between_failures(3 * 365 * 24 / 512, machines=512, years_between_failures=3)
+
+# %% [markdown]
+# **12.** Too much work in one block: split its heads and hidden units (tensor parallelism). The
+# same LayerNorm activations on every tensor rank: cut the line between the regions (sequence
+# parallelism). One line's attention too big for a rank: give each rank a piece of the line for
+# the whole block and pass K and V round (context parallelism, ring attention).
+
+# %%
+assert check.long_line_split({"one block's weights and heads are too much work for one rank": "tensor",
+                              "every tensor rank keeps the same LayerNorm activations of the whole line": "sequence",
+                              "the attention of one line no longer fits in one rank's memory": "context"})

@@ -132,6 +132,21 @@ def pipeline_schedule(answer, stages: int = 4, micro_batches: int = 8) -> bool |
         otherwise="answer 'bubble' or 'memory'.")
 
 
+def long_line_split(answers) -> bool | None:
+    """Lesson 11 (lesson 12): for each trouble with long lines, which split answers it: "tensor", "sequence"
+    or "context" parallelism."""
+    expected = {"one block's weights and heads are too much work for one rank": "tensor",
+                "every tensor rank keeps the same LayerNorm activations of the whole line": "sequence",
+                "the attention of one line no longer fits in one rank's memory": "context"}
+    return check_each("splitting long lines", answers, expected, hints={
+        "one block's weights and heads are too much work for one rank": "split each block's heads and MLP units "
+                                                                         "across ranks (lesson 12, section 2)",
+        "every tensor rank keeps the same LayerNorm activations of the whole line": "cut the line across the "
+        "tensor ranks between the split regions (lesson 12, section 3)",
+        "the attention of one line no longer fits in one rank's memory": "give each rank a piece of the line "
+                                                                         "and pass K and V round (section 4)"})
+
+
 def tensor_parallel_traffic(answer, width: int = 512) -> bool | None:
     """Lesson 11 (lesson 07): as the batch grows, whose bytes per step grow: "tensor" or "data" parallelism's?"""
     from ..parallel import tensor_parallel

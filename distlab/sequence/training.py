@@ -37,6 +37,7 @@ class ReadLines(Strategy):
         self.last_step = {}     # the bytes the latest step all-reduced inside the blocks
         self.last_ring = {}     # and, split along the sequence, its messages and attention time
         self.activation_bytes = 0   # the bytes of activations its forward saved for backward
+        self.attention_by_step = []     # this rank's attention time in each step (a spread, not one figure)
 
     def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = time.time()
@@ -55,8 +56,10 @@ class ReadLines(Strategy):
         if self.traffic:
             self.last_step = {k: v - before[k] for k, v in self.traffic.bytes.items()}
         if self.piece is not None:
+            self.attention_by_step.append(self.piece.work)
             self.last_ring = {"bytes": dict(self.piece.bytes), "log": list(self.piece.log),
                               "attention_seconds": self.piece.work, "score_blocks": self.piece.blocks,
+                              "attention_seconds_by_step": list(self.attention_by_step),
                               "computed": sorted(self.piece.computed), "chunks": self.piece.tokens // self.piece.chunk}
         return Done(loss.item(), digits, t_start, t_compute_end)
 

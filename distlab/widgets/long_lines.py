@@ -1,6 +1,7 @@
 """Lesson 12's pictures: the line split across ranks, drawn from what the ranks recorded.
 
-Introduced in lesson 12 (long lines: splitting the heads and the sequence).  Four pictures:
+Introduced in lesson 12 (long lines: splitting the heads and the sequence).  A line as the model reads it
+(``line_figure``), then four pictures:
 
 - ``ring_animation``: the K/V blocks travelling round the ring, hop by hop, replayed from the
   messages each rank logged (``record.ring["log"]``), as lesson 03 replays its ring all-reduce;
@@ -127,19 +128,50 @@ def mask_figure(runs: dict) -> Figure:
 
 
 # ---- memory against the line's length ----------------------------------------------------------
-def memory_figure(points: dict) -> Figure:
-    """Lesson 12: ``points`` maps a way of splitting to ``[(tokens, predicted bytes, measured bytes), ...]``."""
-    fig = Figure(figsize=(NARROW, 3.4), layout="constrained")
+def memory_figure(points: dict, budget: int | None = None) -> Figure:
+    """Lesson 12: ``points`` maps a way of splitting to ``[(tokens, predicted bytes, measured bytes), ...]``
+    (measured ``None`` where nothing was counted: the model's line only); ``budget`` a rank's bytes, drawn
+    across.  Both axes are logarithmic: the line's length doubles, and attention's scores grow as its square."""
+    fig = Figure(figsize=(NARROW, 3.6), layout="constrained")
     ax = fig.add_subplot()
     for k, (name, rows) in enumerate(points.items()):
-        rows = sorted(rows)
+        rows = sorted(rows, key=lambda row: row[0])
         colour = rank_colour(k)
         ax.plot([t for t, _, _ in rows], [p / 2**20 for _, p, _ in rows], color=colour, label=f"{name} (model)")
-        ax.plot([t for t, _, _ in rows], [m / 2**20 for _, _, m in rows], "o", color=colour, label=f"{name} (counted)")
+        counted = [(t, m) for t, _, m in rows if m is not None]
+        if counted:
+            ax.plot([t for t, _ in counted], [m / 2**20 for _, m in counted], "o", color=colour,
+                    label=f"{name} (counted)")
+    if budget is not None:
+        ax.axhline(budget / 2**20, color=GREY, linestyle="--", label="a rank's budget")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set_xlabel("tokens in a line")
     ax.set_ylabel("activations per rank, MiB")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=7, ncol=2)
     ax.grid(color=GREY, alpha=0.3)
+    return fig
+
+
+# ---- one line, as the model reads it ---------------------------------------------------------------
+def line_figure(tokens, digits, valid: bool, patch: int = 2) -> Figure:
+    """Lesson 12: one line of handwriting put back together from its tokens (``(k * 16, patch * patch)``,
+    each digit's patches row by row, as ``sequence.lines.to_tokens`` cut them), with the patches outlined:
+    what the transformer reads as a sequence, and the labels it must predict."""
+    k, side = len(digits), 8
+    per_row = side // patch
+    image = tokens.reshape(k, per_row, per_row, patch, patch).permute(1, 3, 0, 2, 4).reshape(side, k * side)
+    fig = Figure(figsize=(WIDTH, 1.3), layout="constrained")
+    ax = fig.add_subplot()
+    ax.imshow(image.numpy(), cmap="Greys", interpolation="nearest")
+    for x in range(0, k * side + 1, patch):
+        ax.axvline(x - 0.5, color=GREY, linewidth=0.4 if x % side else 1.5)
+    for y in range(0, side + 1, patch):
+        ax.axhline(y - 0.5, color=GREY, linewidth=0.4)
+    ax.set_xticks([i * side + side / 2 - 0.5 for i in range(k)], [str(int(d)) for d in digits])
+    ax.set_yticks([])
+    ax.set_title(f"{k} digits, {len(tokens)} tokens of {patch}x{patch} pixels; the last digit repeats the first: "
+                 f"{'yes, the line checks out' if valid else 'no, a wrong check digit'}", fontsize=9, loc="left")
     return fig
 
 

@@ -1,0 +1,402 @@
+# %% [markdown]
+# # Lesson 12 · Long lines: splitting the heads and the sequence
+#
+# **Goal of this lesson.** The insurance company reads whole lines of handwriting: a policy
+# number whose last digit must repeat the first. A transformer reads such a line as a sequence
+# of tokens, and today's large models are transformers on long sequences. Lesson 07 split an
+# MLP's layers across ranks; here we split a transformer two more ways: its **heads** (tensor
+# and sequence parallelism) and its **line** (context parallelism, ring attention), on real
+# ranks, and check each against one process.
+
+# %% [markdown]
+# By the end of this lesson you can:
+#
+# 1. split attention by heads and the MLP by hidden units, and predict the bytes each rank sends;
+# 2. say what **sequence parallelism** adds between the split regions, and show where each rank
+#    holds the whole line and where a piece of it;
+# 3. pass K and V round a **ring** and merge partial attentions with the log-sum-exp rule;
+# 4. see why a causal line split in order overloads the last rank, and how **zig-zag** pieces fix it;
+# 5. predict a rank's activation memory for any line length, count it, and find the longest line that fits.
+
+# %%
+import torch
+
+import distlab
+from distlab.data import load_digits
+from distlab.sequence import context_parallel as cp
+from distlab.sequence import lines, training
+from distlab.sequence import pytorch_context_parallel as torch_cp
+from distlab.sequence import tensor_parallel as heads_split
+from distlab.sequence.memory import SavedTensors, predicted_activation_bytes
+from distlab.sequence.transformer import TransformerConfig, build_transformer, loss_and_accuracy
+from distlab.widgets import long_lines as pictures
+from distlab.widgets.display import show
+
+# the runs that must equal one process: lines of 3 digits (48 tokens), 2 blocks of 4 heads, 20 Adam steps
+LINE = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=20, lr=3e-3, seed=0)
+RANKS = 4
+data = load_digits()
+
+# %% tags=["nbval-ignore-output"]
+from distlab import doctor
+
+print(doctor.this_run())    # the machine the numbers in this lesson come from
+
+# %% [markdown]
+# ## 1. A line of handwriting, as a transformer reads it
+#
+# A line of k digits from the real 8x8 digits, the last one a check digit. Each digit is cut into
+# 2x2 patches, 16 **tokens** of 4 pixels, left to right: a line of 32 digits is 512 tokens. The
+# model (pre-norm blocks: LayerNorm, multi-head attention, MLP) predicts every digit, and whether
+# the check digit repeats the first: a question about the two *ends* of the line, which only
+# attention across the whole line can answer. Lines are made on each rank from the training
+# digits, seeded by their number, so every rank can make any batch without a file.
+
+# %%
+line = lines.train_lines(data, 1, 6, seed=0, step=0)
+show(pictures.line_figure(line.tokens[0], line.digits[0], bool(line.valid[0])))
+print("the model reads", tuple(line.tokens.shape[1:]), "(tokens, pixels per token); it must predict",
+      line.digits[0].tolist(), "and whether the line checks out")
+
+# %% [markdown]
+# **Predict:** after 120 steps on one process, lines of 3 digits, will it read the digits better
+# than chance (one in ten)? And the check, better than a coin? Then measure:
+
+# %% tags=["nbval-ignore-output"]
+reader = training.train_single(d_model=32, heads=2, layers=1, digits=3, global_batch_size=32, steps=120)
+print(f"test lines: digits read right {reader.test_accuracy:.2f} (chance 0.10), check read right "
+      f"{reader.config['test_check_accuracy']:.2f} (chance 0.50)")
+
+# %%
+assert reader.test_accuracy > 0.3
+print("after 120 steps it reads the digits well above chance:", reader.test_accuracy > 0.3)
+
+# %% [markdown]
+# The check is the harder half: it needs the first digit's tokens to reach the last digit's,
+# across the whole line; read your numbers above to see how far 120 steps took it. Splitting the
+# *line* (section 4) must keep that reach intact.
+#
+# ## 2. Heads across ranks: tensor parallelism on a transformer
+#
+# Lesson 07 split an MLP column-wise then row-wise. A block has two such regions:
+#
+# * **attention**: heads are independent, so each rank keeps whole heads: its rows of Q, K and V,
+#   and the matching columns of the output projection, whose partial sums add up to the output;
+# * **the MLP**: the first layer's hidden units column-wise, the second row-wise.
+#
+# Each region begins with Megatron's *f* (nothing forward, an all-reduce of the input's gradient
+# backward) and ends with *g* (an all-reduce of the partial sums forward, nothing backward).
+
+# %% [markdown]
+# **Predict:** per step, how many bytes does one rank pass to all-reduce? (Per block: two regions,
+# each one all-reduce of batch x tokens x width numbers forward and one backward.)
+
+# %% tags=["nbval-ignore-output"]
+one = training.train_single(**LINE)       # the reference: nothing split
+heads = distlab.launch(training.train, world_size=RANKS, **LINE)     # tensor = 4: each rank one head of four
+
+# %%
+merged = heads_split.merge_params([r.params for r in heads])
+assert distlab.max_param_difference(merged, one.params) <= 1e-5
+print("rank 0 holds attn.q.weight", tuple(heads[0].params["blocks.0.attn.q.weight"].shape), "of",
+      tuple(one.params["blocks.0.attn.q.weight"].shape), "and mlp.fc1.weight",
+      tuple(heads[0].params["blocks.0.mlp.fc1.weight"].shape), "of", tuple(one.params["blocks.0.mlp.fc1.weight"].shape))
+print(f"after {LINE['steps']} steps the slices, put together, are one process's parameters (within 1e-5)")
+b, s, h, L = LINE["global_batch_size"], LINE["digits"] * 16, LINE["d_model"], LINE["layers"]
+print("bytes passed to all-reduce per step, counted: ", heads[0].traffic)
+print("predicted (2 regions x blocks x b s h x 4 bytes):", heads_split.predicted_bytes(b, s, h, L))
+assert heads[0].traffic == heads_split.predicted_bytes(b, s, h, L)
+
+# %% [markdown]
+# ## 3. Sequence parallelism: the line in pieces between the regions
+#
+# Between the regions (the LayerNorms, the residual additions) every tensor rank does the same
+# work on the whole line and keeps the same activations. **Sequence parallelism** (Korthikanti et
+# al. 2022) cuts the line there instead: each rank keeps its piece of the tokens, an **all-gather**
+# makes the line whole where a region begins, and a **reduce-scatter** where it ends both adds the
+# partial sums and cuts the line again. An all-reduce *is* a reduce-scatter then an all-gather.
+#
+# **Predict:** does sequence parallelism send more bytes per step than tensor parallelism alone?
+
+# %% tags=["nbval-ignore-output"]
+pieces = distlab.launch(training.train, world_size=RANKS, sequence_parallel=True, progress="none", **LINE)
+
+# %%
+merged_sp = heads_split.merge_params([r.params for r in pieces])
+assert distlab.max_param_difference(merged_sp, one.params) <= 1e-5
+print("TP + SP: the slices, put together, are one process's parameters (within 1e-5)")
+print("tensors passed to collectives per step, bytes: TP", heads[0].traffic, " TP + SP", pieces[0].traffic)
+assert pieces[0].traffic == heads_split.predicted_bytes(b, s, h, L, sequence_parallel=True)
+for sp in (False, True):
+    print(f"{'TP + SP' if sp else 'TP':>7}: on the wire with ring collectives, per rank per step (model): "
+          f"{heads_split.wire_bytes(b, s, h, L, RANKS, sequence_parallel=sp):,} bytes, plus, with SP, "
+          "the gradients of the token-wise parameters")
+
+# %% [markdown]
+# Twice the tensors, each half the work of an all-reduce: on the wire, the same bytes, plus a
+# little for the read-out's gather and the LayerNorms' gradients (each rank saw only its tokens,
+# so those gradients are summed). `bench/long_sequences.py` counts the bytes that really cross the
+# loopback interface and compares them with this model. What sequence parallelism buys is
+# memory: the table shows the shape each rank held at each point of the first block.
+
+# %%
+print(pictures.holdings_table({"TP": heads, "TP + SP": pieces}))
+
+# %% [markdown]
+# PyTorch does the same with `parallelize_module`: `ColwiseParallel` for Q, K, V and the MLP's
+# first layer, `RowwiseParallel` for the projections back, `SequenceParallel` for the LayerNorms.
+# Same model, same lines, same result:
+
+# %% tags=["nbval-ignore-output"]
+theirs = distlab.launch(training.train, world_size=RANKS, use_torch=True, sequence_parallel=True,
+                        progress="none", **LINE)
+
+# %%
+assert distlab.max_param_difference(theirs[0].params, one.params) <= 1e-5
+print("parallelize_module with SequenceParallel: one process's parameters (within 1e-5)")
+
+# %% [markdown]
+# ## 4. The line across ranks: context parallelism
+#
+# Tensor parallelism talks inside every region, and stops at the number of heads. **Context
+# parallelism** gives each rank a piece of the line for the *whole* block: embeddings, LayerNorms
+# and the MLP act on each token alone, so they need nothing from the other pieces. Only attention
+# does: every query must see every key. The naive way: each rank **all-gathers** K and V, the
+# whole line's, and attends its own queries to them.
+
+# %% tags=["nbval-ignore-output"]
+gathered = distlab.launch(training.train, world_size=RANKS, context=RANKS, attention="all_gather",
+                          progress="none", **LINE)
+
+# %% [markdown]
+# **Ring attention** (Liu et al. 2023) never holds the whole line: K and V pass from rank to rank
+# round a ring, and each rank attends its queries to the block it holds, then merges. Softmax over
+# all keys can be built block by block: keep, with each partial output, the log-sum-exp of its
+# scores; two partial results combine weighted by their shares of the total (Milakov and
+# Gimelshein 2018). Checked here on one head:
+
+# %%
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(1, 8, 4, generator=g) for _ in range(3))
+whole = torch.softmax(q @ k.transpose(-2, -1) / 2, dim=-1) @ v
+first, lse_first = cp.block_attention(q, k[:, :4], v[:, :4], 0, 0, causal=False)
+second, lse_second = cp.block_attention(q, k[:, 4:], v[:, 4:], 0, 1, causal=False)
+out, _ = cp.merge(first, lse_first, second, lse_second)
+assert torch.allclose(out, whole, atol=1e-6)
+print("two halves of the keys, merged by their log-sum-exp: attention over all eight keys (within 1e-6)")
+
+# %% tags=["nbval-ignore-output"]
+ring = distlab.launch(training.train, world_size=RANKS, context=RANKS, progress="none", **LINE)
+
+# %%
+for name, records in (("all-gathered K and V", gathered), ("ring attention", ring)):
+    assert max(distlab.max_param_difference(r.params, one.params) for r in records) <= 1e-5
+    print(f"{name}: every rank holds one process's parameters after {LINE['steps']} steps (within 1e-5)")
+
+# %% [markdown]
+# The ring, replayed from the messages each rank logged in its last forward pass: at every hop a
+# rank attends to the K and V it holds, then passes them on. Press play, or drag the slider.
+
+# %%
+pictures.ring_animation(ring)
+
+# %% [markdown]
+# **Predict:** which keeps fewer bytes of activations per rank for the backward pass, the
+# all-gather or the ring? The gathered rank keeps the whole line's K and V and its queries'
+# probabilities; the ring keeps its own Q, K, V and one log-sum-exp per query, and recomputes the
+# probabilities in its backward pass (as FlashAttention does). Counted with
+# `torch.autograd.graph.saved_tensors_hooks`, against `sequence.memory`'s model:
+
+# %%
+WAYS = {"one process": (dict(), [one]), "TP, 4 ranks": (dict(tensor=RANKS), heads),
+        "TP + SP, 4 ranks": (dict(tensor=RANKS, sequence_parallel=True), pieces),
+        "CP all-gather, 4": (dict(context=RANKS, attention="all_gather"), gathered),
+        "CP ring, 4": (dict(context=RANKS), ring)}
+cfg = TransformerConfig(d_model=h, heads=LINE["heads"], layers=L, max_digits=LINE["digits"])
+print(f"{'activations kept per rank':<26}{'predicted':>12}{'counted':>12}  ratio")
+for name, (how, records) in WAYS.items():
+    predicted = predicted_activation_bytes(cfg, b, s, **how)["total"]
+    counted = records[0].activation_bytes
+    assert 0.98 <= predicted / counted <= 1.02
+    print(f"{name:<26}{predicted:>12,}{counted:>12,}  {predicted / counted:.3f}")
+
+# %% [markdown]
+# ## 5. A causal line: who waits?
+#
+# A causal reader lets each token see only the tokens before it. Split in order, rank 0's queries
+# see only its own keys, while the last rank's see every piece: most of the mask's blocks fall to
+# the ranks near the end. **Zig-zag** cuts the line into twice as many chunks and gives rank r
+# chunk r and its mirror from the other end (Brandon et al. 2023 stripe the line for the same reason).
+#
+# **Predict:** with the contiguous split on 4 ranks, which rank finishes its attention first and
+# waits longest for the others? On lines of 512 tokens:
+
+# %% tags=["nbval-ignore-output"]
+LONG = dict(LINE, digits=32, global_batch_size=8, causal=True, steps=4)
+causal = {split: distlab.launch(training.train, world_size=RANKS, context=RANKS, split=split, progress="none", **LONG)
+          for split in ("contiguous", "zigzag")}
+
+# %%
+for split, records in causal.items():
+    chunks = records[0].ring["chunks"]
+    print(f"{split:>10}: {chunks} chunks; blocks of the mask each rank computes per layer:",
+          [r.ring["score_blocks"] // LONG["layers"] for r in records],
+          "; its chunks:", [cp.chunk_ids(r.rank, RANKS, split) for r in records])
+
+# %% tags=["nbval-ignore-output"]
+show(pictures.mask_figure(causal))
+
+# %% [markdown]
+# Each rank timed its own attention (its thread's CPU time, so a rank waiting for a core is not
+# charged). One step is one measurement; steps 2 to 4 give a spread, and the verdict below is
+# read from it:
+
+# %% tags=["nbval-ignore-output"]
+def imbalance_by_step(records):
+    """Slowest rank's attention time / fastest's, per step (the first, which pays for warming up, left out)."""
+    per_rank = [r.ring["attention_seconds_by_step"] for r in records]
+    return [max(step) / min(step) for step in zip(*per_rank)][1:]
+
+
+imbalance = {split: imbalance_by_step(records) for split, records in causal.items()}
+for split, ratios in imbalance.items():
+    print(f"{split:>10}: slowest / fastest, steps 2-{LONG['steps']}: " + ", ".join(f"{x:.2f}" for x in ratios))
+first_done = min(causal["contiguous"], key=lambda r: r.ring["attention_seconds"]).rank
+print(f"contiguous: rank {first_done} spent least time attending, so it waited longest for the others")
+print("zig-zag is more even in every step measured" if max(imbalance["zigzag"]) < min(imbalance["contiguous"])
+      else "no clear difference in these steps: the spreads overlap")
+
+# %% [markdown]
+# ## 6. PyTorch's own context parallelism
+#
+# PyTorch has an experimental `context_parallel` (`torch.distributed.tensor.experimental`): inside
+# it, `scaled_dot_product_attention` on a `DeviceMesh` runs as a ring, with its own zig-zag load
+# balancer. We try it for real on these ranks, against attention on the whole line:
+
+# %% tags=["nbval-ignore-output"]
+attempt = distlab.launch(torch_cp.attempt, world_size=RANKS, progress="none")
+print(f"PyTorch {attempt[0]['torch']} on {attempt[0]['device']}:",
+      f"ran, largest difference {attempt[0]['max_diff']:.1e}" if attempt[0]["ran"] else attempt[0]["error"])
+
+# %% [markdown]
+# On CPU it stops. Its ring works by giving each attention *kernel* a rule for splitting it
+# across ranks, and it has such rules for the GPU kernels (flash and memory-efficient attention)
+# but none for the kernel PyTorch picks on a CPU: the error above names it. On a GPU the same call
+# runs. Our ring in section 4 works on any device because it is written in plain tensor
+# operations, which is also why it is slower than a fused kernel.
+
+# %% [markdown]
+# ## 7. How long a line fits?
+#
+# Activations, not parameters, fill a rank's memory on long lines, and without a split the
+# attention probabilities grow with the **square** of the line. **Predict:** doubling the line
+# from 512 to 1,024 tokens, how much more does one process keep? We count a few lengths on this
+# process with `SavedTensors` (the causal model, 8 lines a batch):
+
+# %%
+BATCH = 8
+long_cfg = dict(d_model=h, heads=LINE["heads"], layers=L, causal=True)
+counted = {}
+for k in (4, 8, 16, 32):
+    model = build_transformer(TransformerConfig(max_digits=k, **long_cfg))
+    with SavedTensors(model) as saved:
+        loss_and_accuracy(model, lines.train_lines(data, BATCH, k, seed=0, step=0))
+    counted[k * 16] = saved.bytes
+model_cfg = TransformerConfig(max_digits=512, **long_cfg)
+for tokens, kept in counted.items():
+    predicted = predicted_activation_bytes(model_cfg, BATCH, tokens)["total"]
+    assert 0.98 <= predicted / kept <= 1.02
+    print(f"{tokens:>4} tokens: counted {kept:>11,} bytes, predicted {predicted:>11,}")
+print(f"doubling the line from 256 to 512 tokens: {counted[512] / counted[256]:.1f} times the bytes kept")
+print("model and count agree within 2 in 100 at every length counted; the ring's 4 ranks at 512 tokens too:",
+      0.98 <= predicted_activation_bytes(model_cfg, BATCH, 512, context=RANKS)["total"]
+      / causal["zigzag"][0].activation_bytes <= 1.02)
+
+# %% [markdown]
+# The model, checked where we could count, now predicts lines too long to count here. Give each
+# rank a budget for activations (`BUDGET`, below) and grow the line:
+
+# %%
+BUDGET = 2**30                                   # bytes of activations a rank may keep: 1 GiB
+SPLITS = {"one rank": dict(), "TP + SP, 4": dict(tensor=4, sequence_parallel=True),
+          "CP all-gather, 4": dict(context=4, attention="all_gather"),
+          "CP ring, 2": dict(context=2), "CP ring, 4": dict(context=4)}
+LENGTHS = [64 * 2**i for i in range(8)]          # 64 to 8,192 tokens
+need = {name: {t: predicted_activation_bytes(model_cfg, BATCH, t, **how)["total"] for t in LENGTHS}
+        for name, how in SPLITS.items()}
+for name, by_length in need.items():
+    fits = [t for t in LENGTHS if by_length[t] <= BUDGET]
+    print(f"{name:>17}: longest line that fits: {max(fits):>5,} tokens" + ("" if max(fits) < LENGTHS[-1] else
+                                                                              " (every length tried)"))
+first_over = min(t for t in LENGTHS if need["one rank"][t] > BUDGET)
+assert need["CP ring, 2"][first_over] <= BUDGET and need["CP ring, 4"][first_over] <= BUDGET
+print(f"at {first_over:,} tokens one rank needs more than its budget; the ring on 2 and on 4 ranks still fits")
+
+# %%
+points = {name: [(t, need[name][t], None) for t in LENGTHS] for name in ("one rank", "CP all-gather, 4", "CP ring, 4")}
+points["one rank"] += [(t, predicted_activation_bytes(model_cfg, BATCH, t)["total"], c) for t, c in counted.items()]
+points["CP ring, 4"].append((512, need["CP ring, 4"][512], causal["zigzag"][0].activation_bytes))
+show(pictures.memory_figure(points, budget=BUDGET))
+
+# %% [markdown]
+# Read the slopes: one rank's line climbs four-fold with each doubling once the probabilities
+# dominate; the all-gathered ranks keep a quarter of them, still quadratic; the ring's rank keeps
+# none, so its line climbs only two-fold. The ring's reach comes from two levers at once: the
+# split divides the tokens, and recomputing the probabilities removes the square. Tensor and
+# sequence parallelism divide the probabilities among the heads' ranks but cannot go further than
+# the number of heads.
+
+# %% [markdown]
+# ## Exercises
+#
+# **1.** With every block's heads and MLP split across ranks (no sequence parallelism), how many
+# bytes does one rank pass to all-reduce per step for 8 lines of 512 tokens, width 64, 4 blocks?
+
+# %%
+from distlab.course import exercises_long_lines
+
+my_bytes = ...       # bytes per step
+
+exercises_long_lines.tp_bytes(my_bytes, batch=8, tokens=512, d_model=64, layers=4)
+
+# %% [markdown]
+# **2.** Ring attention on 4 ranks, 8 lines of 512 tokens, width 64: how many bytes does one rank
+# send in one block's forward pass (K and V, every hop)?
+
+# %%
+my_ring_bytes = ...  # bytes one rank sends, one block, forward
+
+exercises_long_lines.ring_bytes(my_ring_bytes, batch=8, tokens=512, d_model=64, ranks=4)
+
+# %% [markdown]
+# **3.** With the zig-zag split over 8 ranks, which chunks of the line does rank 2 hold?
+
+# %%
+my_chunks = ...      # a list of chunk numbers
+
+exercises_long_lines.zigzag_chunks(my_chunks, rank=2, ranks=8)
+
+# %% [markdown]
+# ## What we measured
+#
+# | split | each rank holds | talks | per step (ring collectives) |
+# |---|---|---|---|
+# | tensor (heads, MLP units) | its heads' Q, K, V, its hidden units; the line whole | all-reduce in every region | 2 per block each way |
+# | + sequence | as TP, and a piece of the line between the regions | all-gather in, reduce-scatter out | the same bytes on the wire |
+# | context, all-gather | a piece of the line; everyone's K and V in attention | all-gather of K, V per block | (n-1)/n of the line's K and V per block |
+# | context, ring | a piece of the line; one other piece's K, V at a time | K, V to the next rank, n-1 hops | as the all-gather, never the whole line at once |
+#
+# Every split trained to one process's parameters. Memory decides between them for long lines.
+
+# %% [markdown]
+# **Read further.** Shoeybi et al., *Megatron-LM* (2019), arXiv:1909.08053 (f and g, figure 3);
+# Korthikanti et al., *Reducing Activation Recomputation in Large Transformer Models* (2022),
+# arXiv:2205.05198 (sequence parallelism; activation memory, their section 4); Liu, Zaharia and
+# Abbeel, *Ring Attention with Blockwise Transformers* (2023), arXiv:2310.01889; Milakov and
+# Gimelshein, *Online normalizer calculation for softmax* (2018), arXiv:1805.02867; Brandon et al.,
+# *Striped Attention* (2023), arXiv:2311.09431; the Ultra-Scale Playbook (Hugging Face, 2025), its
+# chapters on tensor, sequence and context parallelism; PyTorch's tutorials on tensor parallelism
+# and on context parallel.
+
+# %% [markdown]
+# **Previous:** [11 · What did you find? A knowledge check, and the answer for the insurance company](11_knowledge_check.ipynb) · [The course: map, glossary, solutions](../course/README.md)
