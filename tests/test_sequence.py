@@ -242,6 +242,7 @@ def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_pr
     (2, dict(context=2, sequence_parallel=True), "sequence_parallel=True cuts the line across the tensor group"),
     (4, dict(context=2, tensor=2, sequence_parallel=True), "sequence parallelism with context parallelism is not"),
     (2, dict(sequence_parallel="yes"), "sequence_parallel must be True or False"),
+    (2, dict(context=2, test_lines=0), "test_lines must be a positive integer, got 0"),
     (2, dict(use_torch=True, backend="horovod"), "use_torch=True runs on launch\\(backend='torchrun'\\) only"),
     (4, dict(use_torch=True, context=2, tensor=2), "use_torch=True splits the blocks with PyTorch's"),
 ])

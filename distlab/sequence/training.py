@@ -80,7 +80,7 @@ def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "
                   steps: int = 20, lr: float = 3e-3, seed: int = 0, causal: bool = False,
                   optimizer: str = "adam", data: int = 1, context: int = 1, tensor: int | None = None,
                   attention: str = "ring", split: str = "contiguous", sequence_parallel: bool = False,
-                  use_torch: bool = False) -> None:
+                  use_torch: bool = False, test_lines: int = 256) -> None:
     """Lesson 12: the settings of a split line reader, checked before any process starts."""
     check_backend("sequence.training.train", backend, device, use_torch)
     check_int("digits", digits, minimum=2)
@@ -113,6 +113,7 @@ def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "
     if global_batch_size % data:
         raise ValueError(f"global_batch_size {global_batch_size} does not divide among {data} data replicas")
     check_int("seed", seed, minimum=0)
+    check_int("test_lines", test_lines)
 
 
 def _tensor(world_size: int, data: int, context: int, tensor: int | None) -> int:
@@ -125,9 +126,9 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr, seed, causal, method,
          mesh=None, attention="ring", split="contiguous", optimizer="adam", sequence_parallel=False,
-         use_torch=False) -> RankRecord:
+         use_torch=False, test_lines=256) -> RankRecord:
     cfg = TransformerConfig(d_model=d_model, heads=heads, layers=layers, max_digits=digits, causal=causal)
-    data = LineData(load_digits(), digits, seed)
+    data = LineData(load_digits(), digits, seed, test_size=test_lines)
     model = build_transformer(cfg, seed=seed).to(worker.device)
     traffic, piece, sync = None, None, None
     share, replicas = slice(None), 1
@@ -150,6 +151,7 @@ def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr
                                     batch_size=global_batch_size // replicas, global_batch_size=global_batch_size,
                                     steps=steps, lr=lr, optimizer=optimizer, seed=seed, attention=attention,
                                     split=split, sequence_parallel=sequence_parallel, use_torch=use_torch,
+                                    test_lines=test_lines,
                                     mesh=dict(mesh.sizes) if mesh is not None else None),
                         shard=torch.arange(0))
     # (foreach=False: PyTorch's split leaves DTensors and plain tensors side by side in one optimizer)
@@ -201,11 +203,13 @@ def train(worker, *, d_model: int = 64, heads: int = 4, layers: int = 2, digits:
           global_batch_size: int = 32, steps: int = 20, lr: float = 3e-3, seed: int = 0,
           causal: bool = False, data: int = 1, context: int = 1, tensor: int | None = None,
           attention: str = "ring", split: str = "contiguous", optimizer: str = "adam",
-          sequence_parallel: bool = False, use_torch: bool = False) -> RankRecord:
+          sequence_parallel: bool = False, use_torch: bool = False, test_lines: int = 256) -> RankRecord:
     """Lesson 12: the line reader split across the mesh ``data x context x tensor`` (``tensor``
     defaults to the ranks the other two leave): each block's heads and hidden units across the tensor
     group (tensor parallelism by hand), the line across the context group (``attention``: "ring" or
     "all_gather"; ``split``: "contiguous" or "zigzag"), the batch across the data replicas.
+    ``test_lines``: how many test lines the accuracy is read on at the end (fewer for long lines, whose
+    evaluation would otherwise hold more memory than their training).
 
     The record's ``params`` are this rank's (``tensor_parallel.merge_params`` joins a tensor group's),
     ``traffic`` the bytes the blocks all-reduced in the last step, ``ring`` the context group's
@@ -221,17 +225,17 @@ def train(worker, *, d_model: int = 64, heads: int = 4, layers: int = 2, digits:
     return _run(worker, d_model=d_model, heads=heads, layers=layers, digits=digits,
                 global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, causal=causal,
                 method=f"transformer: {what or 'one rank'}", mesh=mesh, attention=attention, split=split,
-                optimizer=optimizer, sequence_parallel=sequence_parallel, use_torch=use_torch)
+                optimizer=optimizer, sequence_parallel=sequence_parallel, use_torch=use_torch, test_lines=test_lines)
 
 
 def train_single(*, d_model: int = 64, heads: int = 4, layers: int = 2, digits: int = 4,
                  global_batch_size: int = 32, steps: int = 20, lr: float = 3e-3, seed: int = 0,
-                 causal: bool = False, optimizer: str = "adam") -> RankRecord:
+                 causal: bool = False, optimizer: str = "adam", test_lines: int = 256) -> RankRecord:
     """Lesson 12: the reference: the same training in this process, nothing split."""
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"))
     return _run(alone, d_model=d_model, heads=heads, layers=layers, digits=digits,
                 global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, causal=causal,
-                method="transformer, one process", optimizer=optimizer)
+                method="transformer, one process", optimizer=optimizer, test_lines=test_lines)
 
 
 train.validate_args = validate_args

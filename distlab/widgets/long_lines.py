@@ -49,21 +49,22 @@ def ring_figure(records, hop: int) -> Figure:
     """Lesson 12: the ranks in a circle at ``hop``: each one's own query chunks, the K/V chunks it holds."""
     n, frames = len(records), ring_frames(records)
     frame, mine = frames[hop], frames[0]["holding"]         # at hop 0 each rank holds its own chunks' K, V
-    fig = Figure(figsize=(NARROW, NARROW * 0.62), layout="constrained")
+    # wide and low: a notebook stretches a widget's picture to its width, and the slider, the picture
+    # and the play button must fit on one laptop screen together
+    fig = Figure(figsize=(WIDTH, 3.3), layout="constrained")
     ax = fig.add_subplot()
-    where = [(math.cos(math.pi / 2 - 2 * math.pi * r / n), math.sin(math.pi / 2 - 2 * math.pi * r / n))
-             for r in range(n)]
+    where = [(1.9 * math.cos(math.pi / 2 - 2 * math.pi * r / n), math.sin(math.pi / 2 - 2 * math.pi * r / n))
+             for r in range(n)]                   # an ellipse: the ring, laid out wide
     for r, (x, y) in enumerate(where):
-        ax.add_patch(Rectangle((x - 0.33, y - 0.2), 0.66, 0.4, color=rank_colour(r), alpha=0.25))
+        ax.add_patch(Rectangle((x - 0.45, y - 0.2), 0.9, 0.4, color=rank_colour(r), alpha=0.25))
         ax.text(x, y + 0.08, f"rank {r}: queries {mine[r]}", ha="center", fontsize=9)
         ax.text(x, y - 0.1, f"holds K, V {frame['holding'][r]}", ha="center", fontsize=9, weight="bold")
     for src, dst, nbytes in frame["sends"]:
         (x0, y0), (x1, y1) = where[src], where[dst]
         ax.add_patch(FancyArrowPatch((x0 * 0.7, y0 * 0.7), (x1 * 0.7, y1 * 0.7), arrowstyle="-|>",
-                                     mutation_scale=14, color=rank_colour(src), connectionstyle="arc3,rad=0.25"))
-    ax.set_xlim(-1.5, 1.5)
-    ax.set_ylim(-1.35, 1.35)
-    ax.set_aspect("equal")
+                                     mutation_scale=14, color=rank_colour(src), connectionstyle="arc3,rad=-0.2"))
+    ax.set_xlim(-2.6, 2.6)
+    ax.set_ylim(-1.3, 1.3)
     ax.axis("off")
     nbytes = frame["sends"][0][2] if frame["sends"] else 0
     ax.set_title(f"hop {hop} of {n - 1}: every rank attends its queries to the K, V it holds"
