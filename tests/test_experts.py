@@ -1,0 +1,73 @@
+"""Issue 29, begun: the mixture-of-experts layer on one process (distlab/experts/moe.py)."""
+import math
+
+import pytest
+import torch
+
+from distlab.experts.moe import MoE, MoEConfig, aux_loss, capacity, route
+
+
+def test_the_capacity_is_the_factor_times_a_fair_share():
+    assert capacity(64, MoEConfig(experts=4, top_k=1, capacity_factor=1.0)) == 16
+    assert capacity(64, MoEConfig(experts=4, top_k=2, capacity_factor=1.25)) == 40
+    assert capacity(10, MoEConfig(experts=4, top_k=1, capacity_factor=1.0)) == 3       # rounded up
+
+
+def test_first_choices_are_served_first_then_in_token_order():
+    """Four tokens all want expert 0 first and expert 1 second; a capacity of 2 keeps tokens 0 and 1
+    at expert 0, and at expert 1 the second choices of tokens 0 and 1 (in token order)."""
+    logits = torch.tensor([[3.0, 2.0, 0.0, 0.0]] * 4)
+    cfg = MoEConfig(experts=4, top_k=2, capacity_factor=1.0)               # capacity 4 x 2 / 4 = 2
+    r = route(logits, cfg)
+    assert r.expert.tolist() == [[0, 1]] * 4
+    assert r.slot.tolist() == [[0, 0], [1, 1], [2, 2], [3, 3]]
+    assert r.kept.tolist() == [[True, True], [True, True], [False, False], [False, False]]
+    assert torch.allclose(r.gate.sum(dim=-1), torch.ones(4))              # k = 2: renormalised over the two
+
+
+def test_the_layer_equals_its_experts_weighted_by_the_gates_and_drops_what_does_not_fit():
+    torch.manual_seed(0)
+    cfg = MoEConfig(experts=4, top_k=2, capacity_factor=0.5)
+    moe = MoE(8, 16, cfg)
+    x = torch.randn(2, 12, 8)
+    y = moe(x)
+    flat, out = x.reshape(-1, 8), y.reshape(-1, 8)
+    r = route(moe.router(flat), cfg)
+    for t in range(flat.shape[0]):                                       # token by token, by the definition
+        want = sum(r.gate[t, c] * moe.experts[int(r.expert[t, c])](flat[t]) for c in range(2) if r.kept[t, c])
+        assert torch.allclose(out[t], want if torch.is_tensor(want) else torch.zeros(8), atol=1e-6)
+    cap = capacity(24, cfg)
+    assert moe.last["kept"] == [min(a, cap) for a in moe.last["asked"]]
+    assert moe.last["dropped"] == sum(moe.last["asked"]) - sum(moe.last["kept"]) > 0
+    y.sum().backward()
+    assert moe.router.weight.grad.abs().sum() > 0                        # the router learns through the gates
+
+
+def test_routing_in_groups_is_routing_each_group_alone():
+    """Expert parallelism's reference: n ranks routing their own tokens equal one process routing n groups."""
+    torch.manual_seed(1)
+    moe = MoE(8, 16, MoEConfig(experts=4, top_k=1, capacity_factor=1.0), groups=2)
+    x = torch.randn(20, 8)
+    together = moe(x)
+    moe.groups = 1
+    apart = torch.cat([moe(half) for half in x.chunk(2)])
+    assert torch.allclose(together, apart, atol=1e-6)
+
+
+def test_the_balancing_loss_is_one_when_uniform_and_more_when_not():
+    uniform = route(torch.zeros(8, 4) + torch.eye(4).repeat(2, 1) * 1e-3, MoEConfig(experts=4))
+    assert math.isclose(aux_loss(uniform, 4).item(), 1.0, rel_tol=1e-3)
+    skewed = route(torch.tensor([[5.0, 0, 0, 0]] * 8), MoEConfig(experts=4))
+    assert aux_loss(skewed, 4).item() > 3.5                              # all on expert 0: close to E
+
+
+@pytest.mark.parametrize("settings, match", [
+    (dict(experts=2, top_k=3), "top_k=3 asks for more experts per token than the 2 there are"),
+    (dict(capacity_factor=0), "capacity_factor must be a number above 0, got 0"),
+    (dict(capacity_factor=-1.5), "capacity_factor must be a number above 0"),
+    (dict(experts=0), "experts must be a positive integer"),
+    (dict(aux_weight=-0.1), "aux_weight must be a number >= 0"),
+])
+def test_impossible_settings_are_refused(settings, match):
+    with pytest.raises(ValueError, match=match):
+        MoEConfig(**settings)
