@@ -23,8 +23,8 @@ The package is laid out by role; every module names the lesson that introduces i
 - ``sequence/``   lines of handwriting, the small transformer that reads them, split across ranks by
                   heads (tensor and sequence parallelism) and by the line (context parallelism, ring
                   attention), and the activation memory each split keeps (lesson 12)
-- ``experts/``    mixtures of experts: the layer with its router, capacity and balancing losses (lesson 13,
-                  begun: expert parallelism across ranks comes next)
+- ``experts/``    mixtures of experts: the layer with its router, capacity and balancing losses, and its
+                  experts spread over ranks with all-to-all (lesson 13, begun: training and the lesson next)
 - ``widgets/``    the lessons' pictures, drawn only from records
 - ``doctor``, ``cli``   what this machine can do (lesson 00), and ``distlab`` in a terminal
 """

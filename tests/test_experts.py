@@ -71,3 +71,43 @@ def test_the_balancing_loss_is_one_when_uniform_and_more_when_not():
 def test_impossible_settings_are_refused(settings, match):
     with pytest.raises(ValueError, match=match):
         MoEConfig(**settings)
+
+
+@pytest.mark.parametrize("backend, ranks, how", [("torchrun", 2, "by_hand"), ("torchrun", 4, "by_hand"),
+                                                  ("torchrun", 2, "library"), ("torchrun", 4, "library"),
+                                                  pytest.param("horovod", 2, "library", marks=pytest.mark.horovod)])
+def test_experts_on_other_ranks_compute_what_one_process_computes(backend, ranks, how, warm_ranks):
+    """Issue 29: tokens dispatched to their experts' ranks and combined back (send/recv by hand, or one
+    all-to-all with split sizes), forward and backward: every output, input gradient, expert gradient
+    and the summed router gradient equal one process routing the same tokens in one group a rank."""
+    import distlab
+    import workers
+
+    experts = 4
+    results = distlab.launch(workers.expert_layer, ranks, backend=backend, progress="none", how=how,
+                             experts=experts)
+    torch.manual_seed(0)
+    moe = MoE(8, 16, MoEConfig(experts=experts, top_k=2, capacity_factor=1.0), groups=ranks)
+    x = torch.randn(ranks * 24, 8, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    y = moe(x)
+    (y.square().sum() + moe.loss * ranks).backward()                   # every rank's loss, added up
+    assert moe.last["dropped"] > 0                                      # the capacity is at work
+    results = sorted(results, key=lambda r: r["rank"])
+    assert torch.allclose(torch.cat([r["y"] for r in results]), y, atol=1e-5)
+    assert torch.allclose(torch.cat([r["x_grad"] for r in results]), x.grad, atol=1e-5)
+    assert torch.allclose(sum(r["router_grad"] for r in results), moe.router.weight.grad, atol=1e-5)
+    for r in results:
+        for e, grads in r["expert_grads"].items():
+            for mine, theirs in zip(grads, (p.grad for p in moe.experts[e].parameters())):
+                assert torch.allclose(mine, theirs, atol=1e-5)
+    assert sorted(e for r in results for e in r["expert_grads"]) == list(range(experts))
+    assert [sum(r["last"]["kept"][e] for r in results) for e in range(experts)] == moe.last["kept"]
+
+
+def test_experts_that_do_not_spread_over_the_ranks_are_refused():
+    from distlab.experts.expert_parallel import check_experts
+
+    with pytest.raises(ValueError, match="3 experts cannot be spread over 4 expert-parallel ranks"):
+        check_experts(3, 4)
+    with pytest.raises(ValueError, match="6 experts do not spread evenly over 4 expert-parallel ranks"):
+        check_experts(6, 4)

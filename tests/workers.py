@@ -118,3 +118,23 @@ def hold(worker, seconds=3.0):
     time.sleep(seconds)
     worker.all_reduce(torch.ones(1))
     return worker.rank
+
+
+def expert_layer(worker, experts=4, top_k=2, how="library", tokens=24, d_model=8, hidden=16,
+                 capacity_factor=1.0, seed=0):
+    """Issue 29: one MoE layer with its experts spread over every rank (expert parallelism), forward and
+    backward on this rank's share of a fixed batch; what the test compares with one process."""
+    from distlab.experts.expert_parallel import ExpertParallelMoE
+    from distlab.experts.moe import MoE, MoEConfig
+
+    torch.manual_seed(seed)
+    moe = MoE(d_model, hidden, MoEConfig(experts=experts, top_k=top_k, capacity_factor=capacity_factor))
+    x = torch.randn(worker.world_size * tokens, d_model, generator=torch.Generator().manual_seed(seed + 1))
+    mine = x.chunk(worker.world_size)[worker.rank].clone().requires_grad_()
+    layer = ExpertParallelMoE(moe, worker, worker.new_group(range(worker.world_size)), how)
+    y = layer(mine)
+    (y.square().sum() + layer.loss).backward()
+    first = layer.me * layer.per_rank
+    return {"rank": worker.rank, "y": y.detach(), "x_grad": mine.grad, "router_grad": layer.router.weight.grad,
+            "expert_grads": {first + i: [p.grad.clone() for p in e.parameters()] for i, e in enumerate(layer.experts)},
+            "last": layer.last, "traffic": dict(layer.traffic.bytes)}

@@ -2,4 +2,6 @@
 
 - ``moe``  the layer on one process: a router, top-k, a capacity with dropped tokens counted, and the
   balancing losses (Switch Transformer's auxiliary loss, ST-MoE's router z-loss)
+- ``expert_parallel``  the experts spread over ranks: counts, then tokens, dispatched to their experts'
+  ranks and combined back (send/recv by hand, or one all-to-all with split sizes), forward and backward
 """

@@ -68,6 +68,17 @@ class HorovodWorker(Worker):
         out = self._wait(self.hvd.alltoall_async(tensor.contiguous(), process_set=self._set(group)), "all_to_all")
         return out[0] if isinstance(out, tuple) else out     # (received, how many from each)
 
+    def all_to_all_v(self, tensor, send_counts, recv_counts, group=None):
+        if self.alone(group):
+            return tensor.clone()
+        splits = torch.tensor([int(c) for c in send_counts], dtype=torch.int32)
+        out = self._wait(self.hvd.alltoall_async(tensor.contiguous(), splits=splits, process_set=self._set(group)),
+                         "all_to_all")
+        out = out[0] if isinstance(out, tuple) else out      # (received, how many from each)
+        if out.shape[0] != sum(recv_counts):
+            raise RuntimeError(f"all_to_all_v: {out.shape[0]} rows arrived, {sum(recv_counts)} were announced")
+        return out
+
     def send(self, tensor, dst):
         raise RuntimeError(NO_POINT_TO_POINT)
 

@@ -82,6 +82,14 @@ class TorchWorker(Worker):
         dist.all_to_all_single(out, tensor.contiguous(), group=_pg(group))
         return out
 
+    def all_to_all_v(self, tensor, send_counts, recv_counts, group=None):
+        if self.alone(group):
+            return tensor.clone()
+        out = tensor.new_empty((sum(recv_counts), *tensor.shape[1:]))
+        dist.all_to_all_single(out, tensor.contiguous(), output_split_sizes=[int(c) for c in recv_counts],
+                               input_split_sizes=[int(c) for c in send_counts], group=_pg(group))
+        return out
+
     def send(self, tensor, dst):
         dist.isend(tensor.contiguous(), dst).wait(timedelta(seconds=self.timeout))
 

@@ -158,6 +158,13 @@ class Worker:
         return the pieces received, in the members' order (expert parallelism's exchange)."""
         raise NotImplementedError
 
+    def all_to_all_v(self, tensor: torch.Tensor, send_counts, recv_counts, group: Group | None = None) -> torch.Tensor:
+        """Lesson 13: an all-to-all whose pieces differ in size (MPI's Alltoallv): the first
+        ``send_counts[0]`` rows of ``tensor`` go to member 0, the next ``send_counts[1]`` to member 1, ...;
+        returns ``sum(recv_counts)`` rows, member 0's first.  Expert parallelism's exchange: how many
+        tokens a rank routes to each other rank's experts changes every step."""
+        raise NotImplementedError
+
     def send(self, tensor: torch.Tensor, dst: int) -> None:
         """Point-to-point: send ``tensor`` to rank ``dst`` (waits until it has been taken)."""
         raise NotImplementedError

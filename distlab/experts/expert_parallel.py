@@ -1,0 +1,132 @@
+"""Expert parallelism: each rank holds some of the experts, and tokens travel to their experts and back.
+
+Introduced in lesson 13 (experts: a bigger model for the same compute).  With E experts on the n
+ranks of an expert group, rank r keeps experts ``r x E/n`` to ``(r + 1) x E/n - 1``; the router stays
+whole on every rank (it is small, and every rank routes its own tokens).  One MoE layer's step:
+
+1. **route** this rank's tokens (``moe.route``: top-k, the capacity of this rank's group);
+2. **count**: how many tokens this rank sends to each expert of each rank.  The counts change every
+   step, and a rank cannot receive what it cannot size, so they travel first (n x E/n numbers);
+3. **dispatch**: the tokens, sorted by expert and slot, go to their experts' ranks (an all-to-all
+   with pieces of different sizes);
+4. each rank runs **its experts** on what arrived, source by source;
+5. **combine**: the results go back the way they came (the same all-to-all, sizes swapped), and each
+   token adds up its experts' results weighted by its gates.
+
+The backward pass runs the same exchanges the other way: a token's gradient goes to its expert's
+rank, the expert's input gradient comes home (``_Exchange``).  Two ways to exchange, chosen by ``how``:
+
+* ``"by_hand"``: n - 1 rounds of point-to-point; in round k a rank sends to the rank k after it and
+  receives from the rank k before it, so every pair meets exactly once and nobody waits in a cycle
+  (torchrun only: Horovod has no send/recv);
+* ``"library"``: one ``Worker.all_to_all_v`` (``dist.all_to_all_single`` with split sizes on
+  torchrun, ``hvd.alltoall`` with ``splits`` on Horovod).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..parallel.tensor_parallel import Traffic
+from .moe import MoE, aux_loss, route, z_loss
+
+HOW = ("by_hand", "library")
+
+
+def check_experts(experts: int, size: int) -> None:
+    """Lesson 13: the experts must spread evenly over the expert group, at least one a rank."""
+    if experts < size:
+        raise ValueError(f"{experts} experts cannot be spread over {size} expert-parallel ranks: "
+                         f"each rank needs at least one expert")
+    if experts % size:
+        raise ValueError(f"{experts} experts do not spread evenly over {size} expert-parallel ranks: "
+                         f"use a multiple of {size} experts")
+
+
+def _by_hand(worker, group):
+    """The all-to-all from point-to-point exchanges: round k, send to (me + k), receive from (me - k)."""
+    def swap(x: torch.Tensor, send: list[int], recv: list[int]) -> torch.Tensor:
+        n, me = len(group), group.index(worker.rank)
+        outgoing = list(x.split(send))
+        arrived: list[torch.Tensor | None] = [None] * n
+        arrived[me] = outgoing[me].clone()
+        for k in range(1, n):
+            dst, src = (me + k) % n, (me - k) % n
+            incoming = x.new_empty((recv[src], *x.shape[1:]))
+            worker.exchange(outgoing[dst].contiguous(), group.ranks[dst], incoming, group.ranks[src])
+            arrived[src] = incoming
+        return torch.cat(arrived)
+    return swap
+
+
+def _library(worker, group):
+    def swap(x: torch.Tensor, send: list[int], recv: list[int]) -> torch.Tensor:
+        return worker.all_to_all_v(x, send, recv, group)
+    return swap
+
+
+class _Exchange(torch.autograd.Function):
+    """An all-to-all whose backward is the all-to-all the other way: the gradients go home."""
+
+    @staticmethod
+    def forward(ctx, x, send, recv, swap, traffic):
+        ctx.send, ctx.recv, ctx.swap, ctx.traffic = send, recv, swap, traffic
+        out = swap(x, send, recv)
+        traffic.add("forward", out)          # the rows that arrived (this rank's own among them)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        back = ctx.swap(grad.contiguous(), ctx.recv, ctx.send)
+        ctx.traffic.add("backward", back)
+        return back, None, None, None, None
+
+
+class ExpertParallelMoE(nn.Module):
+    """Lesson 13: ``moe``'s experts spread over ``group`` (this rank keeps its share), its router whole.
+
+    ``last`` has what ``MoE.last`` has (for this rank's tokens) and ``matrix``: how many tokens this
+    rank sent to each rank in the latest forward (its row of the step's all-to-all matrix)."""
+
+    def __init__(self, moe: MoE, worker, group, how: str = "library", traffic: Traffic | None = None):
+        super().__init__()
+        if how not in HOW:
+            raise ValueError(f"unknown all-to-all {how!r}; use one of {', '.join(HOW)}")
+        cfg, n = moe.cfg, len(group)
+        check_experts(cfg.experts, n)
+        self.cfg, self.per_rank, self.me = cfg, cfg.experts // n, group.index(worker.rank)
+        self.router = moe.router
+        first = self.me * self.per_rank
+        self.experts = nn.ModuleList(moe.experts[first:first + self.per_rank])
+        self.worker, self.group = worker, group
+        self.swap = _by_hand(worker, group) if how == "by_hand" else _library(worker, group)
+        self.traffic = traffic if traffic is not None else Traffic()
+        self.last: dict = {}
+        self.loss = torch.zeros(())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cfg, n, per = self.cfg, len(self.group), self.per_rank
+        tokens = x.reshape(-1, x.shape[-1])
+        logits = self.router(tokens)
+        routing = route(logits, cfg)
+        self.loss = cfg.aux_weight * aux_loss(routing, cfg.experts) + cfg.z_weight * z_loss(logits)
+        # 1. the kept requests, sorted by expert, then by slot (the order each expert serves them)
+        token, choice = torch.nonzero(routing.kept, as_tuple=True)
+        expert, slot = routing.expert[token, choice], routing.slot[token, choice]
+        order = torch.argsort(expert * (tokens.shape[0] * cfg.top_k) + slot)
+        token, choice, expert = token[order], choice[order], expert[order]
+        # 2. the counts first: [to rank d][its j-th expert]
+        counts = torch.bincount(expert, minlength=cfg.experts).view(n, per)
+        counts_in = self.worker.all_to_all(counts.clone(), self.group) if n > 1 else counts.clone()
+        send, recv = counts.sum(dim=1).tolist(), counts_in.sum(dim=1).tolist()
+        # 3. dispatch, 4. my experts on what arrived (source by source, expert by expert), 5. combine
+        arrived = _Exchange.apply(tokens[token], send, recv, self.swap, self.traffic)
+        pieces = arrived.split(counts_in.reshape(-1).tolist())
+        done = torch.cat([self.experts[i % per](piece) for i, piece in enumerate(pieces)])
+        back = _Exchange.apply(done, recv, send, self.swap, self.traffic)
+        out = torch.zeros_like(tokens).index_add(0, token, routing.gate[token, choice, None] * back)
+        asked = torch.bincount(routing.expert.reshape(-1), minlength=cfg.experts)
+        kept = torch.bincount(expert, minlength=cfg.experts)
+        self.last = {"asked": asked.tolist(), "kept": kept.tolist(), "dropped": int((asked - kept).sum()),
+                     "matrix": send}
+        return out.view_as(x)
