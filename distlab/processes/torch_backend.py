@@ -75,19 +75,14 @@ class TorchWorker(Worker):
         return out.div_(n) if op == "avg" else out
 
     def all_to_all(self, tensor, group=None):
-        n = self.pieces(tensor, group)
-        if n == 1:
-            return tensor.clone()
-        out = torch.empty_like(tensor)
-        dist.all_to_all_single(out, tensor.contiguous(), group=_pg(group))
-        return out
+        n = self.pieces(tensor, group)             # equal pieces: the uneven exchange's simplest case
+        return self.all_to_all_v(tensor, [len(tensor) // n] * n, [len(tensor) // n] * n, group)
 
     def all_to_all_v(self, tensor, send_counts, recv_counts, group=None):
         if self.alone(group):
             return tensor.clone()
         out = tensor.new_empty((sum(recv_counts), *tensor.shape[1:]))
-        dist.all_to_all_single(out, tensor.contiguous(), output_split_sizes=[int(c) for c in recv_counts],
-                               input_split_sizes=[int(c) for c in send_counts], group=_pg(group))
+        dist.all_to_all_single(out, tensor.contiguous(), list(recv_counts), list(send_counts), group=_pg(group))
         return out
 
     def send(self, tensor, dst):
