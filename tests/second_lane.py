@@ -31,6 +31,10 @@ MODULES = ("tests/test_faults.py", "tests/test_horovod.py")
 WAIT_S = 2400               # the most the session's last test waits for the lane
 
 _current: SecondLane | None = None
+# what the session began with: a module's fixture (conftest.warm_ranks) sets DISTLAB_WARM=1 while its tests
+# run, and a lane started then must not inherit it (CI's run of 2026-12-03: test_horovod's launches kept
+# their ranks warm, and its check that no rank outlives its job found them)
+_WARM_AT_START = os.environ.get("DISTLAB_WARM")
 
 
 class SecondLane:
@@ -56,7 +60,7 @@ class SecondLane:
                 time.sleep(1)
         if self._stop.is_set():
             return
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
+        env = lane_env()
         command = [sys.executable, "-m", "pytest", *self.modules, "-v", "-rfE", "-p", "no:cacheprovider",
                    "--durations=10", f"--junitxml={self.junit}"]
         if self.timeline:
@@ -84,6 +88,15 @@ class SecondLane:
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self._thread.join(timeout=60)
+
+
+def lane_env() -> dict:
+    """The environment of the lane's pytest: this process's, without pytest's own settings, and with the
+    DISTLAB_WARM the session began with (not the one a running module's fixture has set)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST", "DISTLAB_WARM")}
+    if _WARM_AT_START is not None:
+        env["DISTLAB_WARM"] = _WARM_AT_START
+    return env
 
 
 def start(modules, after=(), junit: str | None = None) -> SecondLane:

@@ -41,3 +41,15 @@ def test_stopping_it_leaves_no_process_behind(tmp_path):
     lane.stop()
     assert time.time() - t0 < 45
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_it_runs_with_the_settings_the_session_began_with(monkeypatch):
+    """A module's warm_ranks fixture sets DISTLAB_WARM=1 while its tests run; a lane started then runs
+    cold, as the session began (CI, 2026-12-03: test_horovod's ranks stayed warm and outlived its jobs)."""
+    monkeypatch.setattr(second_lane, "_WARM_AT_START", None)
+    monkeypatch.setenv("DISTLAB_WARM", "1")                 # as inside a warm module
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-x")
+    env = second_lane.lane_env()
+    assert "DISTLAB_WARM" not in env and "PYTEST_ADDOPTS" not in env
+    monkeypatch.setattr(second_lane, "_WARM_AT_START", "0")
+    assert second_lane.lane_env()["DISTLAB_WARM"] == "0"
