@@ -20,6 +20,7 @@ import math
 import ipywidgets as W
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .display import GREY, NARROW, WIDTH, LiveFigure, figure_png, rank_colour
 
@@ -147,6 +148,12 @@ def memory_figure(points: dict, budget: int | None = None) -> Figure:
         ax.axhline(budget / 2**20, color=GREY, linestyle="--", label="a rank's budget")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    # plain numbers on both axes: a log axis labels itself with TeX-like text (2^6, 10^1), whose fonts a
+    # fresh environment (Binder's) may lack, and says so on stderr
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("tokens in a line")
     ax.set_ylabel("activations per rank, MiB")
     ax.legend(fontsize=7, ncol=2)
