@@ -111,3 +111,72 @@ def test_experts_that_do_not_spread_over_the_ranks_are_refused():
         check_experts(3, 4)
     with pytest.raises(ValueError, match="6 experts do not spread evenly over 4 expert-parallel ranks"):
         check_experts(6, 4)
+
+
+EP = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=20, experts=4, top_k=2,
+          capacity_factor=1.0, optimizer="sgd", lr=0.1)
+
+
+def global_params(record, expert_size: int) -> dict:
+    """A rank's parameters under the names one process gives them: its j-th expert is expert first + j."""
+    first = (record.rank % expert_size) * (EP["experts"] // expert_size)
+    out = {}
+    for name, p in record.params.items():
+        if ".mlp.experts." in name:
+            head, rest = name.split(".mlp.experts.")
+            j, tail = rest.split(".", 1)
+            name = f"{head}.mlp.experts.{first + int(j)}.{tail}"
+        out[name] = p
+    return out
+
+
+def kept_per_step(records) -> list:
+    """Tokens each expert kept in each step, summed over the ranks that routed them."""
+    return [[sum(sum(layer["kept"][e] for layer in r.routing[s]) for r in records) for e in range(EP["experts"])]
+            for s in range(EP["steps"])]
+
+
+@pytest.mark.parametrize("backend, ranks, settings", [
+    ("torchrun", 2, dict(how="by_hand")), ("torchrun", 4, dict(how="library")),
+    ("torchrun", 4, dict(data=2, expert=2, how="by_hand")),
+    pytest.param("horovod", 2, dict(how="library"), marks=pytest.mark.horovod)],
+    ids=["torchrun-2-by-hand", "torchrun-4-library", "torchrun-data2-expert2", "horovod-2-library"])
+def test_the_reader_with_experts_on_ranks_trains_like_one_process(backend, ranks, settings, warm_ranks):
+    """Issue 29: the line reader with 4 experts a block (top-2, capacity factor 1, tokens dropped), its
+    experts spread over the ranks, alone and with data parallelism: after 20 steps every parameter
+    equals one process's routing in one group a rank (within 1e-5), and every step kept the same
+    tokens at every expert.  SGD: Adam divides each gradient by its own size, so the last bits of an
+    expert's near-zero gradient (its tokens summed in another order) grow to 2e-5 after 20 steps."""
+    import distlab
+    from distlab.experts import training
+
+    reference = training.train_single(groups=ranks, **EP)
+    records = distlab.launch(training.train, ranks, backend=backend, progress="none", **dict(EP, **settings))
+    expert_size = records[0].config["mesh"]["expert"]
+    for r in records:
+        mine = global_params(r, expert_size)
+        assert distlab.max_param_difference(mine, {n: reference.params[n] for n in mine}) <= 1e-5
+    assert kept_per_step(records) == kept_per_step([reference])
+    assert sum(layer["dropped"] for step in reference.routing for layer in step) > 0
+    assert records[0].traffic["forward"] > 0 and records[0].traffic["backward"] > 0
+
+
+@pytest.mark.parametrize("ranks, settings, match", [
+    (4, dict(experts=2), "2 experts cannot be spread over 4 expert-parallel ranks"),
+    (4, dict(experts=6), "6 experts do not spread evenly over 4 expert-parallel ranks"),
+    (2, dict(top_k=5), "top_k=5 asks for more experts per token than the 4 there are"),
+    (2, dict(capacity_factor=0), "capacity_factor must be a number above 0, got 0"),
+    (4, dict(data=3), "does not match the world size 4"),
+    (2, dict(how="by_hand", backend="horovod"), "the all-to-all by hand is made of send/recv"),
+    (2, dict(how="carrier pigeon"), "unknown all-to-all 'carrier pigeon'"),
+    (4, dict(global_batch_size=18), "global_batch_size 18 does not divide among 4 ranks"),
+])
+def test_experts_that_cannot_be_placed_are_refused_before_anything_starts(ranks, settings, match):
+    import distlab
+    from distlab.experts import training
+    from helpers import children
+
+    before = children()
+    with pytest.raises(ValueError, match=match):
+        distlab.launch(training.train, ranks, progress="none", **dict(EP, **settings))
+    assert children() - before == set()

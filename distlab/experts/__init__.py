@@ -4,4 +4,6 @@
   balancing losses (Switch Transformer's auxiliary loss, ST-MoE's router z-loss)
 - ``expert_parallel``  the experts spread over ranks: counts, then tokens, dispatched to their experts'
   ranks and combined back (send/recv by hand, or one all-to-all with split sizes), forward and backward
+- ``training``  lesson 12's line reader with experts in every block, through the one loop, on one process
+  (``train_single``, routing in one group a rank) or on a ``data x expert`` mesh (``train``)
 """

@@ -145,10 +145,10 @@ class MoE(nn.Module):
         return torch.cat(out).view_as(x)
 
     def combine(self, tokens: torch.Tensor, routing: Routing) -> torch.Tensor:
-        """Each expert's kept tokens through that expert, weighted by their gates and added up per token."""
+        """Each expert's kept tokens through that expert, weighted by their gates and added up per token.
+        An expert given no token still runs (on none): its gradient is zero, not missing, as on the ranks."""
         out = torch.zeros_like(tokens)
         for e, expert in enumerate(self.experts):
             token, choice = torch.nonzero((routing.expert == e) & routing.kept, as_tuple=True)
-            if len(token):
-                out = out.index_add(0, token, routing.gate[token, choice, None] * expert(tokens[token]))
+            out = out.index_add(0, token, routing.gate[token, choice, None] * expert(tokens[token]))
         return out
