@@ -62,11 +62,8 @@ class HorovodWorker(Worker):
         return self._wait(handle, "reduce_scatter")
 
     def all_to_all(self, tensor, group=None):
-        n = self.pieces(tensor, group)
-        if n == 1:
-            return tensor.clone()
-        out = self._wait(self.hvd.alltoall_async(tensor.contiguous(), process_set=self._set(group)), "all_to_all")
-        return out[0] if isinstance(out, tuple) else out     # (received, how many from each)
+        n = self.pieces(tensor, group)             # equal pieces: the uneven exchange's simplest case
+        return self.all_to_all_v(tensor, [len(tensor) // n] * n, [len(tensor) // n] * n, group)
 
     def all_to_all_v(self, tensor, send_counts, recv_counts, group=None):
         if self.alone(group):
