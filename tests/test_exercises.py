@@ -8,6 +8,7 @@ from distlab.course import knowledge_check as exc
 from distlab.course import exercises_cluster as exl
 from distlab.course import exercises_failure as exf
 from distlab.course import exercises_long_lines as exll
+from distlab.course import exercises_experts as exx
 from distlab.comm import cost_model
 from distlab.data import load_digits
 from distlab.measure import speedup
@@ -93,6 +94,17 @@ CASES = {
                               3 * 2 * 8 * 128 * 64 * 4, 3 * 8 * 128 * 64 * 4, "K and V both travel"),
     "12 zig-zag chunks": (exll.zigzag_chunks, dict(rank=2, ranks=8), [13, 2], [2], "contiguous split"),
     "12 zig-zag neighbours": (exll.zigzag_chunks, dict(rank=2, ranks=8), (2, 13), [4, 5], "neighbouring chunks"),
+    "13 capacity": (exx.capacity_slots, dict(tokens=192, experts=4, top_k=2, capacity_factor=1.25), 120, 60,
+                    "tokens x k"),
+    "13 capacity, rounded down": (exx.capacity_slots, dict(tokens=100, experts=8, top_k=1, capacity_factor=1.25),
+                                  16, 15, "round up"),
+    "13 tokens crossing": (exx.crossing_tokens, dict(tokens=192, top_k=2, ranks=4), 288, 384, "never leave"),
+    "13 tokens crossing, k = 1": (exx.crossing_tokens, dict(tokens=192, top_k=2, ranks=4), 288, 144,
+                                  "two requests"),
+    "13 active parameters": (exx.active_parameters, dict(d_model=32, hidden=128, experts=4, top_k=1), 8480,
+                             33536, "whole layer"),
+    "13 active parameters, no router": (exx.active_parameters, dict(d_model=32, hidden=128, experts=4, top_k=1),
+                                        8480, 8352, "router"),
     # lesson 11's knowledge check: stored results of the lessons, as course_results keeps them
     "11 long lines": (exc.long_line_split, {}, dict(zip(TROUBLES, ["tensor", "sequence", "context"])),
                       dict(zip(TROUBLES, ["tensor", "context", "context"])), "between the split regions"),

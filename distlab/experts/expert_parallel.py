@@ -24,6 +24,8 @@ rank, the expert's input gradient comes home (``_Exchange``).  Two ways to excha
 """
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
 
@@ -31,6 +33,7 @@ from ..parallel.tensor_parallel import Traffic
 from .moe import MoE, aux_loss, route, z_loss
 
 HOW = ("by_hand", "library")
+PHASES = ("route", "counts", "dispatch", "experts", "combine")     # a forward's parts, in order
 
 
 def check_experts(experts: int, size: int) -> None:
@@ -65,28 +68,36 @@ def _library(worker, group):
     return swap
 
 
+def _crossed(rows: torch.Tensor, recv: list[int], me: int) -> int:
+    """The bytes of ``rows`` that came from other ranks (this rank's own share never leaves it)."""
+    return (sum(recv) - recv[me]) * rows[:1].numel() * rows.element_size()
+
+
 class _Exchange(torch.autograd.Function):
-    """An all-to-all whose backward is the all-to-all the other way: the gradients go home."""
+    """An all-to-all whose backward is the all-to-all the other way: the gradients go home.
+    ``traffic`` counts the bytes that arrive from other ranks, in each direction."""
 
     @staticmethod
-    def forward(ctx, x, send, recv, swap, traffic):
-        ctx.send, ctx.recv, ctx.swap, ctx.traffic = send, recv, swap, traffic
+    def forward(ctx, x, send, recv, swap, traffic, me):
+        ctx.send, ctx.recv, ctx.swap, ctx.traffic, ctx.me = send, recv, swap, traffic, me
         out = swap(x, send, recv)
-        traffic.add("forward", out)          # the rows that arrived (this rank's own among them)
+        traffic.bytes["forward"] += _crossed(out, recv, me)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         back = ctx.swap(grad.contiguous(), ctx.recv, ctx.send)
-        ctx.traffic.add("backward", back)
-        return back, None, None, None, None
+        ctx.traffic.bytes["backward"] += _crossed(back, ctx.send, ctx.me)
+        return back, None, None, None, None, None
 
 
 class ExpertParallelMoE(nn.Module):
     """Lesson 13: ``moe``'s experts spread over ``group`` (this rank keeps its share), its router whole.
 
-    ``last`` has what ``MoE.last`` has (for this rank's tokens) and ``matrix``: how many tokens this
-    rank sent to each rank in the latest forward (its row of the step's all-to-all matrix)."""
+    ``last`` has what ``MoE.last`` has (for this rank's tokens), ``matrix``: how many tokens this rank
+    sent to each rank in the latest forward (its row of the step's all-to-all matrix), ``times``: when
+    each part of that forward began and ended (wall clock, comparable across the ranks of a machine),
+    and ``expert_cpu``: the CPU seconds its experts took (the work, whoever else shares the cores)."""
 
     def __init__(self, moe: MoE, worker, group, how: str = "library", traffic: Traffic | None = None):
         super().__init__()
@@ -105,7 +116,8 @@ class ExpertParallelMoE(nn.Module):
         self.loss = torch.zeros(())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        cfg, n, per = self.cfg, len(self.group), self.per_rank
+        cfg, n, per, me = self.cfg, len(self.group), self.per_rank, self.me
+        clock = [time.time()]
         tokens = x.reshape(-1, x.shape[-1])
         logits = self.router(tokens)
         routing = route(logits, cfg)
@@ -117,16 +129,24 @@ class ExpertParallelMoE(nn.Module):
         token, choice, expert = token[order], choice[order], expert[order]
         # 2. the counts first: [to rank d][its j-th expert]
         counts = torch.bincount(expert, minlength=cfg.experts).view(n, per)
+        clock.append(time.time())
         counts_in = self.worker.all_to_all(counts.clone(), self.group) if n > 1 else counts.clone()
         send, recv = counts.sum(dim=1).tolist(), counts_in.sum(dim=1).tolist()
+        clock.append(time.time())
         # 3. dispatch, 4. my experts on what arrived (source by source, expert by expert), 5. combine
-        arrived = _Exchange.apply(tokens[token], send, recv, self.swap, self.traffic)
+        arrived = _Exchange.apply(tokens[token], send, recv, self.swap, self.traffic, me)
+        clock.append(time.time())
+        cpu = time.thread_time()
         pieces = arrived.split(counts_in.reshape(-1).tolist())
         done = torch.cat([self.experts[i % per](piece) for i, piece in enumerate(pieces)])
-        back = _Exchange.apply(done, recv, send, self.swap, self.traffic)
+        cpu = time.thread_time() - cpu
+        clock.append(time.time())
+        back = _Exchange.apply(done, recv, send, self.swap, self.traffic, me)
         out = torch.zeros_like(tokens).index_add(0, token, routing.gate[token, choice, None] * back)
+        clock.append(time.time())
         asked = torch.bincount(routing.expert.reshape(-1), minlength=cfg.experts)
         kept = torch.bincount(expert, minlength=cfg.experts)
         self.last = {"asked": asked.tolist(), "kept": kept.tolist(), "dropped": int((asked - kept).sum()),
-                     "matrix": send}
+                     "matrix": send, "expert_cpu": cpu, "choice": routing.expert[:, 0],
+                     "times": dict(zip(PHASES, zip(clock, clock[1:])))}
         return out.view_as(x)

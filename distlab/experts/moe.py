@@ -116,8 +116,8 @@ class MoE(nn.Module):
     """Lesson 13: the MLP of a block as E experts and a router, on one process (every expert here).
 
     ``forward(x)`` takes (..., d) and returns the same shape; ``last`` keeps what the latest forward
-    routed (tokens asked of and kept by each expert, dropped requests) and ``loss`` its weighted
-    balancing losses, which the training step adds to the task's loss."""
+    routed (tokens asked of and kept by each expert, dropped requests, each token's first choice) and
+    ``loss`` its weighted balancing losses, which the training step adds to the task's loss."""
 
     def __init__(self, d_model: int, hidden: int, cfg: MoEConfig = MoEConfig(), groups: int = 1):
         super().__init__()
@@ -131,17 +131,19 @@ class MoE(nn.Module):
         flat = x.reshape(-1, x.shape[-1])
         if flat.shape[0] % self.groups:
             raise ValueError(f"{flat.shape[0]} tokens do not cut into {self.groups} equal groups")
-        out, asked, kept, losses = [], 0, 0, []
+        out, asked, kept, losses, choice = [], 0, 0, [], []
         for tokens in flat.chunk(self.groups):
             logits = self.router(tokens)
             routing = route(logits, self.cfg)
             out.append(self.combine(tokens, routing))
+            choice.append(routing.expert[:, 0])
             asked = asked + torch.bincount(routing.expert.reshape(-1), minlength=self.cfg.experts)
             kept = kept + torch.bincount(routing.expert[routing.kept], minlength=self.cfg.experts)
             losses.append(self.cfg.aux_weight * aux_loss(routing, self.cfg.experts)
                           + self.cfg.z_weight * z_loss(logits))
         self.loss = torch.stack(losses).mean()
-        self.last = {"asked": asked.tolist(), "kept": kept.tolist(), "dropped": int((asked - kept).sum())}
+        self.last = {"asked": asked.tolist(), "kept": kept.tolist(), "dropped": int((asked - kept).sum()),
+                     "choice": torch.cat(choice)}
         return torch.cat(out).view_as(x)
 
     def combine(self, tokens: torch.Tensor, routing: Routing) -> torch.Tensor:

@@ -36,31 +36,58 @@ def add_experts(model, cfg: MoEConfig, seed: int, groups: int = 1):
     return model
 
 
+EXAMPLES = 4      # test lines whose tokens' first choices the record keeps (the router's picture)
+
+
 class ReadWithExperts(ReadLines):
     """Lesson 13: lesson 12's step, plus the balancing losses, plus what each step routed where."""
 
-    def __init__(self, sync=None):
-        super().__init__(sync=sync)
-        self.routing = []         # per step, per block: tokens asked of and kept by each expert, dropped
+    def __init__(self, sync=None, traffic: Traffic | None = None):
+        super().__init__(traffic=traffic, sync=sync)
+        self.bytes_by_step = []   # per step: the bytes that arrived from other ranks, forward and backward
+        self.routing = []     # per step, per block: tokens asked of and kept by each expert, dropped, ...
+        self.router = {}      # after training: the first choice of every token of a few test lines
 
     def extra_loss(self, run: Run):
         return sum(block.mlp.loss for block in run.model.blocks)
 
     def step(self, run, step, x, y):
         done = super().step(run, step, x, y)
-        self.routing.append([dict(block.mlp.last) for block in run.model.blocks])
+        self.bytes_by_step.append(dict(self.last_step))
+        self.routing.append([{k: v for k, v in block.mlp.last.items() if k != "choice"}
+                             for block in run.model.blocks])
         return done
+
+    def finish(self, run: Run) -> None:
+        """Lesson 12's test, then which expert each block's router picked for the first test lines' tokens."""
+        super().finish(run)
+        tokens = EXAMPLES * run.data.x_test.shape[1]
+        self.router = {"experts": run.model.blocks[0].mlp.cfg.experts,
+                       "tokens": run.data.x_test[:EXAMPLES].clone(), "digits": run.data.y_test[:EXAMPLES].clone(),
+                       "choice": [block.mlp.last["choice"][:tokens].view(EXAMPLES, -1).clone()
+                                  for block in run.model.blocks]}
 
 
 def _sync(model, worker, mesh) -> None:
     """Lesson 13: the dense parameters averaged over every rank; an expert's gradient (the sum over its
-    expert group's tokens) divided by the group's size and averaged over the data replicas."""
+    expert group's tokens) divided by the group's size and averaged over the data replicas.  Each of
+    the two is one all-reduce of all its gradients laid end to end (one bucket, as in lesson 03's DDP):
+    a step with dozens of small all-reduces would spend its time on their start-up costs."""
+    dense, experts = [], []
     for name, p in model.named_parameters():
-        if ".mlp.experts." in name:
-            p.grad.div_(mesh.size("expert"))
-            worker.all_reduce(p.grad, op="avg", group=mesh.group("data"))
-        else:
-            worker.all_reduce(p.grad, op="avg")
+        (experts if ".mlp.experts." in name else dense).append(p.grad)
+    _all_reduce_flat(worker, dense, None)
+    if mesh.size("data") > 1:
+        _all_reduce_flat(worker, experts, mesh.group("data"))
+    for g in experts:
+        g.div_(mesh.size("expert"))
+
+
+def _all_reduce_flat(worker, grads: list, group) -> None:
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    worker.all_reduce(flat, op="avg", group=group)
+    for g, piece in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(piece.view_as(g))
 
 
 def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "cpu", d_model: int = 32,
@@ -115,10 +142,10 @@ def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr
                         shard=torch.arange(0))
     run = Run(worker, LineData(load_digits(), digits, seed, test_size=test_lines), None, None, model, model,
               OPTIMIZERS[optimizer](model.parameters(), lr=lr, foreach=False), record)
-    strategy = ReadWithExperts(sync)
+    strategy = ReadWithExperts(sync, traffic)
     record = train_steps(run, strategy, steps,
                          lambda step: torch.arange(step * global_batch_size, (step + 1) * global_batch_size)[share])
-    record.routing, record.traffic = strategy.routing, dict(traffic.bytes)
+    record.routing, record.router, record.traffic = strategy.routing, strategy.router, strategy.bytes_by_step
     return record
 
 
@@ -130,7 +157,9 @@ def train(worker, *, d_model: int = 32, heads: int = 4, layers: int = 2, digits:
     """Lesson 13: the line reader with ``experts`` experts in every block, spread over the expert axis of
     the mesh ``data x expert`` (``expert`` defaults to the ranks the data axis leaves); ``how`` the
     all-to-all ("by_hand" from send/recv, or "library").  Each rank trains on its own share of every
-    batch; the record's ``routing`` has, per step and block, the tokens asked of and kept by each expert."""
+    batch.  The record's ``routing`` has, per step and block, the tokens asked of and kept by each expert,
+    sent to each rank, the forward's times; ``traffic``, per step, the bytes that came from other ranks;
+    ``router``, the experts the trained router picks for the tokens of a few test lines."""
     mesh = Mesh(worker, data=data, expert=_expert(worker.world_size, data, expert))
     what = " x ".join(f"{axis} {mesh.size(axis)}" for axis in ("data", "expert") if mesh.size(axis) > 1)
     return _run(worker, d_model=d_model, heads=heads, layers=layers, digits=digits,

@@ -1,0 +1,116 @@
+"""What lesson 13 measures on the experts' ranks: bytes against the formula, balance, and who waited.
+
+Introduced in lesson 13 (experts: a bigger model for the same compute).  Every function reads the
+records the ranks handed back (``training.train``); nothing here runs a model.
+
+* **bytes**: an MoE layer moves each kept request twice in the forward (to its expert, and back) and
+  twice in the backward (its gradient there and back).  If the router spreads the tokens evenly, each
+  expert is asked ``tokens x k / E`` times by each rank (at most its capacity), and the share that
+  crosses to another rank is ``(n - 1) / n``: the rest stays on the rank that asked.
+* **balance**: the busiest expert's requests against the mean, step by step: 1 is perfect balance.
+* **the cost of imbalance**: every rank waits, in the combine, for the slowest expert rank; the
+  slowest rank's expert time against the mean is the share of the step the others spend waiting.
+"""
+from __future__ import annotations
+
+import statistics
+
+from .moe import MoEConfig, capacity
+
+
+def all_to_all_bytes(tokens: int, d_model: int, top_k: int, experts: int, capacity_factor: float,
+                     ranks: int, layers: int, bytes_per_number: int = 4) -> float:
+    """Lesson 13: the bytes one training step's all-to-alls carry between ranks, all ``ranks`` of an
+    expert group together, if the router spreads each rank's ``tokens`` evenly over the experts.
+
+    Per rank and layer: E x min(tokens x k / E, capacity) requests are kept, (n - 1)/n of them go to
+    another rank, each a row of ``d_model`` numbers, four times (dispatch and combine, forward and
+    backward)."""
+    cfg = MoEConfig(experts, top_k, capacity_factor)
+    kept = experts * min(tokens * top_k / experts, capacity(tokens, cfg))
+    crossing = kept * (ranks - 1) / ranks
+    return layers * 4 * ranks * crossing * d_model * bytes_per_number
+
+
+def measured_bytes(records) -> list[int]:
+    """Lesson 13: the bytes that arrived from other ranks in each step, all ranks together."""
+    steps = len(records[0].traffic)
+    return [sum(r.traffic[s]["forward"] + r.traffic[s]["backward"] for r in records) for s in range(steps)]
+
+
+def asked(records, step: int, block: int) -> list[int]:
+    """Lesson 13: the requests each expert got in ``step`` at ``block``, from all ranks' tokens."""
+    return [sum(col) for col in zip(*(r.routing[step][block]["asked"] for r in records))]
+
+
+def imbalance(records, block: int | None = None) -> list[float]:
+    """Lesson 13: per step, the busiest expert's requests / the mean (1: even), the worst of the blocks
+    (or of ``block`` only)."""
+    blocks = range(len(records[0].routing[0])) if block is None else [block]
+    out = []
+    for step in range(len(records[0].routing)):
+        ratios = [max(a) / statistics.mean(a) for a in (asked(records, step, b) for b in blocks)]
+        out.append(max(ratios))
+    return out
+
+
+def dropped(records) -> list[int]:
+    """Lesson 13: the requests dropped in each step (over capacity), all blocks and ranks together."""
+    return [sum(b["dropped"] for r in records for b in r.routing[s]) for s in range(len(records[0].routing))]
+
+
+def settled(values: list[float], last: int = 10) -> dict:
+    """Lesson 13: the mean of the last ``last`` steps' values and their range (training has settled)."""
+    tail = values[-last:]
+    return {"mean": statistics.mean(tail), "low": min(tail), "high": max(tail)}
+
+
+def matrix(records, step: int, block: int) -> list[list[int]]:
+    """Lesson 13: tokens sent from rank i (row) to rank j (column) of an expert group in ``step``."""
+    return [r.routing[step][block]["matrix"] for r in sorted(records, key=lambda r: r.rank)]
+
+
+def expert_work(records, step: int) -> list[float]:
+    """Lesson 13: each rank's CPU seconds in its experts in ``step`` (all blocks): work, not waiting."""
+    return [sum(b["expert_cpu"] for b in r.routing[step]) for r in sorted(records, key=lambda r: r.rank)]
+
+
+def slowest_vs_mean(records, skip: int = 2) -> list[float]:
+    """Lesson 13: per step (after ``skip`` warm-up steps), the slowest expert rank's work / the mean."""
+    out = []
+    for step in range(skip, len(records[0].routing)):
+        work = expert_work(records, step)
+        out.append(max(work) / statistics.mean(work))
+    return out
+
+
+def rows_arrived(records, step: int) -> list[int]:
+    """Lesson 13: the requests each rank's experts served in ``step`` (all blocks): their workload."""
+    ranks = sorted(records, key=lambda r: r.rank)
+    return [sum(sum(r.routing[step][b]["matrix"][j] for r in ranks) for b in range(len(ranks[0].routing[step])))
+            for j in range(len(ranks))]
+
+
+def timeline(records, step: int, block: int) -> list[dict]:
+    """Lesson 13: each rank's forward through one MoE layer, its parts (route, counts, dispatch, experts,
+    combine) in seconds from the moment the first rank began."""
+    ranks = sorted(records, key=lambda r: r.rank)
+    t0 = min(r.routing[step][block]["times"]["route"][0] for r in ranks)
+    return [{part: (a - t0, b - t0) for part, (a, b) in r.routing[step][block]["times"].items()} for r in ranks]
+
+
+def as_one_process(records) -> dict:
+    """Lesson 13: every rank's parameters under the names one process gives them (rank r of an expert
+    group of size n holds experts r x E/n ...; its j-th is expert r x E/n + j), each expert taken
+    from the first data replica that holds it, the dense ones from rank 0."""
+    out = {}
+    for r in sorted(records, key=lambda r: r.rank, reverse=True):      # rank 0 written last: its copy stays
+        n, experts = r.config["mesh"]["expert"], r.config["experts"]
+        first = (r.rank % n) * (experts // n)
+        for name, p in r.params.items():
+            if ".mlp.experts." in name:
+                head, rest = name.split(".mlp.experts.")
+                j, tail = rest.split(".", 1)
+                name = f"{head}.mlp.experts.{first + int(j)}.{tail}"
+            out[name] = p
+    return out
