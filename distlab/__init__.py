@@ -19,12 +19,13 @@ The package is laid out by role; every module names the lesson that introduces i
 - ``long_runs/``  long jobs (lesson 10): what every rank writes down each step (and, when asked, to
                   TensorBoard), watching those files from outside, saving and resuming every
                   rank's state, failing on purpose, and Horovod's own timeline of its collectives
-- ``course/``     the exercises' checkers and the learner's stored results (lessons 00-12)
+- ``course/``     the exercises' checkers and the learner's stored results (lessons 00-13)
 - ``sequence/``   lines of handwriting, the small transformer that reads them, split across ranks by
                   heads (tensor and sequence parallelism) and by the line (context parallelism, ring
                   attention), and the activation memory each split keeps (lesson 12)
-- ``experts/``    mixtures of experts: the layer with its router, capacity and balancing losses, and its
-                  experts spread over ranks with all-to-all (lesson 13, begun: training and the lesson next)
+- ``experts/``    mixtures of experts: the layer with its router, capacity and balancing losses, its
+                  experts spread over ranks with all-to-all, the line reader trained with them, and
+                  what the ranks' records tell: bytes, balance, who waited (lesson 13)
 - ``widgets/``    the lessons' pictures, drawn only from records
 - ``doctor``, ``cli``   what this machine can do (lesson 00), and ``distlab`` in a terminal
 """

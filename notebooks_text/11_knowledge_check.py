@@ -3,10 +3,10 @@
 #
 # **Goal of this lesson.** The insurance company asked: *does more data, trained on more workers,
 # give a more accurate model, and does distributing the training help?*
-# Ten lessons measured pieces of the answer on real processes. This last one
+# Ten lessons measured pieces of the answer on real processes. This one
 #
-# 1. checks what you took from every lesson, 00 to 10, with short questions, several of them about
-#    **your own runs**: the checkers read what lessons 01, 04, 05, 08 and 10 stored when you ran
+# 1. checks what you took from every lesson, 00 to 10 (and 12, 13 if you took them), with short
+#    questions, several of them about **your own runs**: the checkers read what lessons 01, 04, 05, 08 and 10 stored when you ran
 #    them (`distlab.course.results`, a small file in your home folder), so your right answers may
 #    differ from your neighbour's;
 # 2. draws your measurements across the course in one figure;
@@ -192,7 +192,21 @@ my_splits = {"one block's weights and heads are too much work for one rank": ...
 check.long_line_split(my_splits)
 
 # %% [markdown]
-# ## 13. Your course in one picture
+# ## 13. Experts (lesson 13)
+#
+# For each trouble with a mixture of experts, what answers it: a `"capacity"` (each expert takes
+# at most so many requests from a group, the rest are dropped), the `"balancing loss"` (added to the
+# training loss, smallest when the experts share the tokens evenly) or `"expert parallelism"` (the
+# experts spread over ranks, the tokens sent to them with all-to-all)?
+
+# %%
+my_fixes = {"the router sends most tokens to the same few experts": ...,
+            "each expert's buffer needs a size known before the tokens are routed": ...,
+            "the experts together hold more parameters than one rank can keep": ...}
+check.expert_troubles(my_fixes)
+
+# %% [markdown]
+# ## 14. Your course in one picture
 #
 # Every panel is what one lesson stored when you ran it; a lesson you have not run says so.
 # Read it before the answer below: what did distributing change in the result, what did it cost,
@@ -205,7 +219,7 @@ from distlab.widgets.display import show
 show(course_figure(course_results.load()))
 
 # %% [markdown]
-# ## 14. The answer for the insurance company
+# ## 15. The answer for the insurance company
 #
 # Built from what **you** measured (each line says which lesson it comes from; a lesson you
 # did not run is named instead of a number):

@@ -401,4 +401,4 @@ exercises_long_lines.zigzag_chunks(my_chunks, rank=2, ranks=8)
 # and on context parallel.
 
 # %% [markdown]
-# **Previous:** [11 · What did you find? A knowledge check, and the answer for the insurance company](11_knowledge_check.ipynb) · [The course: map, glossary, solutions](../course/README.md)
+# **Previous:** [11 · What did you find? A knowledge check, and the answer for the insurance company](11_knowledge_check.ipynb) · **Next:** [13 · Experts: a bigger model for the same compute](13_experts.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -23,6 +23,10 @@ ALPHA, BETA, NBYTES = 200e-6, 1 / 2e9, speedup.gradient_bytes("mlp", 64)
 TROUBLES = ["one block's weights and heads are too much work for one rank",
             "every tensor rank keeps the same LayerNorm activations of the whole line",
             "the attention of one line no longer fits in one rank's memory"]
+EXPERT_TROUBLES = ["the router sends most tokens to the same few experts",
+                   "each expert's buffer needs a size known before the tokens are routed",
+                   "the experts together hold more parameters than one rank can keep"]
+FIXES = ["balancing loss", "capacity", "expert parallelism"]
 PLACES = ["the data takes too long on one worker", "the model does not fit in one worker's memory",
           "the optimizer's state does not fit, the model does"]
 STORED = {"01": {"world_size": 2, "max_param_difference": 3.6e-7},
@@ -108,6 +112,12 @@ CASES = {
     # lesson 11's knowledge check: stored results of the lessons, as course_results keeps them
     "11 long lines": (exc.long_line_split, {}, dict(zip(TROUBLES, ["tensor", "sequence", "context"])),
                       dict(zip(TROUBLES, ["tensor", "context", "context"])), "between the split regions"),
+    "11 experts": (exc.expert_troubles, {}, dict(zip(EXPERT_TROUBLES, FIXES)),
+                   dict(zip(EXPERT_TROUBLES, ["capacity", "capacity", "expert parallelism"])),
+                   "only drops the requests past it"),
+    "11 experts, one rank each": (exc.expert_troubles, {}, dict(zip(EXPERT_TROUBLES, FIXES)),
+                                  dict(zip(EXPERT_TROUBLES, ["balancing loss", "capacity", "capacity"])),
+                                  "with all-to-all"),
     "11 which parallelism": (exc.which_parallelism, {}, dict(zip(PLACES, ["data", "model", "zero"])),
                              dict(zip(PLACES, ["model", "model", "zero"])), "copies of the model"),
     "11 one big batch": (exc.same_as_one_big_batch, dict(results=STORED["01"]), True, False, "big batch's gradient"),

@@ -25,6 +25,7 @@ MODULES = sorted(WIDGETS.glob("*.py"))
 ALLOWED = {"distlab.records", "distlab.data", "distlab.models", "distlab.comm.cost_model",
            "distlab.measure.speedup", "distlab.parallel.schedules",   # schedules: plain data, nothing trains
            "distlab.measure.memory_model",                             # formulas only
+           "distlab.experts.measure",               # reads the experts' records; its bytes formula is arithmetic
            "distlab.long_runs.monitor",             # reads the metrics files ranks write: records on disk
            "distlab.long_runs.horovod_timeline"}    # reads the trace Horovod's rank 0 writes: a record on disk
 LAPTOP_NOTEBOOK_PX = 934     # a notebook output's width in JupyterLab on a 1366 px screen

@@ -132,3 +132,15 @@ assert check.job_hours_between_failures(3 * 365 * 24 / 512, machines=512, years_
 assert check.long_line_split({"one block's weights and heads are too much work for one rank": "tensor",
                               "every tensor rank keeps the same LayerNorm activations of the whole line": "sequence",
                               "the attention of one line no longer fits in one rank's memory": "context"})
+
+# %% [markdown]
+# **13.** A router that favours a few experts: add the balancing loss, which is smallest when the
+# tokens, and the router's probabilities, are spread evenly over the experts (a capacity would
+# only drop the extra requests). A buffer of known size: give each expert a capacity, and drop the
+# requests past it. Experts too many for one rank: put each on its own rank and send the tokens to
+# them with all-to-all (expert parallelism).
+
+# %%
+assert check.expert_troubles({"the router sends most tokens to the same few experts": "balancing loss",
+                              "each expert's buffer needs a size known before the tokens are routed": "capacity",
+                              "the experts together hold more parameters than one rank can keep": "expert parallelism"})

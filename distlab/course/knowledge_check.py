@@ -147,6 +147,22 @@ def long_line_split(answers) -> bool | None:
                                                                          "and pass K and V round (section 4)"})
 
 
+def expert_troubles(answers) -> bool | None:
+    """Lesson 11 (lesson 13): for each trouble with a mixture of experts, what answers it: a "capacity",
+    the "balancing loss" or "expert parallelism"."""
+    expected = {"the router sends most tokens to the same few experts": "balancing loss",
+                "each expert's buffer needs a size known before the tokens are routed": "capacity",
+                "the experts together hold more parameters than one rank can keep": "expert parallelism"}
+    return check_each("troubles with experts", answers, expected, hints={
+        "the router sends most tokens to the same few experts": "a capacity only drops the requests past it; a "
+        "loss that is smallest when the experts share the tokens evenly teaches the router to spread them "
+        "(lesson 13, section 4)",
+        "each expert's buffer needs a size known before the tokens are routed": "cap each expert's requests at "
+        "factor x tokens x k / experts, rounded up, and drop the rest (lesson 13, section 2)",
+        "the experts together hold more parameters than one rank can keep": "keep each expert on one rank and "
+        "send every token to its experts' ranks with all-to-all (lesson 13, section 3)"})
+
+
 def tensor_parallel_traffic(answer, width: int = 512) -> bool | None:
     """Lesson 11 (lesson 07): as the batch grows, whose bytes per step grow: "tensor" or "data" parallelism's?"""
     from ..parallel import tensor_parallel

@@ -6,4 +6,7 @@
   ranks and combined back (send/recv by hand, or one all-to-all with split sizes), forward and backward
 - ``training``  lesson 12's line reader with experts in every block, through the one loop, on one process
   (``train_single``, routing in one group a rank) or on a ``data x expert`` mesh (``train``)
+- ``measure``  what the ranks' records tell: bytes against the all-to-all formula, the busiest expert
+  against the mean, dropped requests, each rank's expert work and forward timeline, and the ranks'
+  experts under one process's names (``as_one_process``)
 """

@@ -18,6 +18,7 @@ from ..parallel.loop import Run, train_steps
 from ..parallel.named_mesh import Mesh, check_mesh
 from ..parallel.tensor_parallel import Traffic
 from ..processes.checks import check_int, check_positive
+from ..processes.cores import one_thread
 from ..processes.worker import Worker
 from ..records import RankRecord
 from ..sequence.lines import LineData
@@ -175,11 +176,12 @@ def train_single(*, groups: int = 1, d_model: int = 32, heads: int = 4, layers: 
     """Lesson 13: the reference, every expert in this process.  ``groups``: route each step's lines in
     that many groups, as that many ranks would (the capacity holds per group)."""
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"))
-    return _run(alone, d_model=d_model, heads=heads, layers=layers, digits=digits,
-                global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, optimizer=optimizer,
-                experts=experts, top_k=top_k, capacity_factor=capacity_factor, aux_weight=aux_weight,
-                z_weight=z_weight, how="library", test_lines=test_lines, method="experts, one process",
-                groups=groups)
+    with one_thread():
+        return _run(alone, d_model=d_model, heads=heads, layers=layers, digits=digits,
+                    global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, optimizer=optimizer,
+                    experts=experts, top_k=top_k, capacity_factor=capacity_factor, aux_weight=aux_weight,
+                    z_weight=z_weight, how="library", test_lines=test_lines, method="experts, one process",
+                    groups=groups)
 
 
 train.validate_args = validate_args

@@ -5,7 +5,10 @@ asks each CPU rank to bind itself (``launch(bind_cores=True)``, the default).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+
+import torch
 
 
 def bind_to_cores(local_rank: int, local_world_size: int, threads: int) -> list[int]:
@@ -97,3 +100,16 @@ def _up(path: str) -> list[str]:
     """"a/b" -> ["a/b", "a", ""]: a group and every group above it."""
     parts = [p for p in path.split("/") if p]
     return ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Lesson 12: run a one-process reference on one thread, as each rank runs, then give the notebook
+    its threads back.  With two threads on two shared cores, one thread's share of each matrix product
+    waits whenever the other core is busy: the reference ran up to ten times slower next to anything."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -93,8 +93,8 @@ class TorchWorker(Worker):
         return tensor
 
     def exchange(self, outgoing, dst, incoming, src):
-        works = [dist.isend(outgoing.contiguous(), dst), dist.irecv(incoming, src)]
-        for work in works:
+        pairs = zip(outgoing, dst, incoming, src) if isinstance(outgoing, list) else [(outgoing, dst, incoming, src)]
+        for work in [w for o, d, i, s in pairs for w in (dist.isend(o.contiguous(), d), dist.irecv(i, s))]:
             work.wait(timedelta(seconds=self.timeout))
         return incoming
 

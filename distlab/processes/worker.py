@@ -176,7 +176,8 @@ class Worker:
     def exchange(self, outgoing: torch.Tensor, dst: int, incoming: torch.Tensor, src: int) -> torch.Tensor:
         """Lesson 12: send ``outgoing`` to rank ``dst`` while filling ``incoming`` from rank ``src``.
         Both start before either is waited for: in a ring where every rank first sent and only then
-        received, each could wait for a neighbour that is itself waiting (lesson 03)."""
+        received, each could wait for a neighbour that is itself waiting (lesson 03).  Lists (one
+        message to and from each partner, lesson 13's all-to-all by hand): all start, then all are waited for."""
         raise NotImplementedError
 
     def barrier(self) -> None:

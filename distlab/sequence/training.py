@@ -18,6 +18,7 @@ from ..parallel.loop import Done, Run, Strategy, train_steps
 from ..parallel.named_mesh import Mesh, check_mesh
 from ..parallel.tensor_parallel import Traffic, check_backend
 from ..processes.checks import check_int, check_positive
+from ..processes.cores import one_thread
 from ..processes.worker import Worker
 from ..records import RankRecord
 from . import context_parallel as cp
@@ -238,9 +239,10 @@ def train_single(*, d_model: int = 64, heads: int = 4, layers: int = 2, digits: 
                  causal: bool = False, optimizer: str = "adam", test_lines: int = 256) -> RankRecord:
     """Lesson 12: the reference: the same training in this process, nothing split."""
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"))
-    return _run(alone, d_model=d_model, heads=heads, layers=layers, digits=digits,
-                global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, causal=causal,
-                method="transformer, one process", optimizer=optimizer, test_lines=test_lines)
+    with one_thread():
+        return _run(alone, d_model=d_model, heads=heads, layers=layers, digits=digits,
+                    global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed, causal=causal,
+                    method="transformer, one process", optimizer=optimizer, test_lines=test_lines)
 
 
 train.validate_args = validate_args

@@ -1,4 +1,4 @@
-"""Widgets: the pictures of lessons 00 to 12, each drawn only from records of real runs.
+"""Widgets: the pictures of lessons 00 to 13, each drawn only from records of real runs.
 
 ``display`` (lesson 01) holds what every picture shares: the palette, the sizes, figure to
 PNG, and ``LiveFigure`` (controls above a picture).  Then one module per lesson's pictures:
@@ -6,9 +6,11 @@ PNG, and ``LiveFigure`` (controls above a picture).  Then one module per lesson'
 ``timeline`` (04), ``speedup`` and ``more_data`` (05), ``pipeline`` (06), ``mesh`` (07), ``memory`` (08),
 ``launches`` (09: one run launched three ways),
 ``monitor`` (10: a running job's loss curves and each rank's progress, read from the metrics
-files its ranks write), ``horovod`` (10: Horovod's own timeline, drawn from its trace) and
+files its ranks write), ``horovod`` (10: Horovod's own timeline, drawn from its trace),
 ``course`` (11: the learner's own measurements across the course), ``long_lines`` (12: the ring of
-K/V blocks, the causal mask by rank, activations against the line's length, what each rank holds).
+K/V blocks, the causal mask by rank, activations against the line's length, what each rank holds) and
+``experts`` (13: the load on each expert with its dropped requests, the all-to-all's rank-to-rank
+matrix, the router's choice for each patch, one MoE layer's forward on every rank).
 The memory calculator draws the memory model (``measure.memory_model``), itself no record
 but a formula.  Widgets read records and never train: a "measure" button calls a function the
 lesson hands it, and the monitor and the timeline only read files.

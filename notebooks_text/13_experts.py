@@ -1,0 +1,284 @@
+# %% [markdown]
+# # Lesson 13 · Experts: a bigger model for the same compute
+#
+# **Goal of this lesson.** The insurance company wants a more accurate reader, and a bigger model
+# usually reads better, but every parameter a token goes through costs arithmetic. A **mixture of
+# experts** (MoE) replaces a block's MLP by several MLPs, the *experts*, and a small *router* that
+# sends each token to only k of them: many more parameters, about the same arithmetic per token.
+# We train one, spread its experts over real ranks (**expert parallelism**), watch every token
+# travel with **all-to-all**, and measure what an unbalanced router costs.
+
+# %% [markdown]
+# By the end of this lesson you can:
+#
+# 1. route tokens with top-k and a capacity, and count the tokens that are dropped;
+# 2. spread experts over ranks, write the all-to-all from send/recv, and predict how many tokens cross;
+# 3. check that expert parallelism trains exactly what one process trains;
+# 4. see a router pile tokens on a few experts, and the balancing loss spread them out;
+# 5. read, from the ranks' own records, who waits for the busiest expert.
+
+# %%
+import statistics
+
+import torch
+
+import distlab
+from distlab.experts import measure, training
+from distlab.experts.moe import MoE, MoEConfig, capacity
+from distlab.sequence import training as dense_training
+from distlab.widgets import experts as pictures
+
+# lesson 12's line reader: lines of 3 digits (48 tokens), 2 blocks, width 32; its MLP becomes 4 experts
+READER = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16)
+RANKS, EXPERTS = 4, 4
+
+# %% tags=["nbval-ignore-output"]
+from distlab import doctor
+
+print(doctor.this_run())    # the machine the numbers in this lesson come from
+
+# %% [markdown]
+# ## 1. More parameters, the same arithmetic per token
+#
+# With k = 1 each token goes through one expert, an MLP as big as the dense model's: a token pays
+# for the same arithmetic, while the layer holds four MLPs. The router is one small linear layer
+# that scores each token against each expert; the token's output is its expert's output times the
+# router's probability, so the router learns which expert serves which tokens best.
+#
+# **Predict:** after the same steps on the same lines, will the reader with four experts read more
+# digits right than the dense reader whose tokens go through as many parameters?
+
+# %% tags=["nbval-ignore-output"]
+SHORT = dict(READER, steps=80, lr=1e-2, test_lines=128)
+dense = dense_training.train_single(**SHORT)
+moe = training.train_single(experts=EXPERTS, top_k=1, capacity_factor=1.25, aux_weight=0.1, **SHORT)
+digits = SHORT["test_lines"] * SHORT["digits"]
+print(measure.accuracy_verdict("the reader with experts", moe.test_accuracy, "the dense reader",
+                               dense.test_accuracy, digits))
+for name, run in (("dense", dense), ("experts", moe)):
+    print(f"{name:>8}: {run.wall_time / len(run.steps) * 1e3:.0f} ms a step on this machine")
+
+# %%
+def count(params, keep=lambda name: True):
+    return sum(p.numel() for name, p in params.items() if keep(name))
+
+
+one_expert = count(moe.params, lambda n: n.startswith("blocks.0.mlp.experts.0."))   # one expert, one block
+active = count(moe.params) - READER["layers"] * (EXPERTS - 1) * one_expert     # a token uses 1 expert of 4
+print(f"parameters: dense {count(dense.params):,}, with experts {count(moe.params):,}")
+print(f"parameters a token goes through: dense {count(dense.params):,}, with experts {active:,} (the routers)")
+assert active - count(dense.params) == READER["layers"] * READER["d_model"] * EXPERTS
+
+# %% [markdown]
+# Many more parameters for the same work per token (plus the routers' few). Read the
+# verdict above against its spread: a short run on a few hundred test digits. The times per step
+# differ by what is not arithmetic: routing, and sorting each token to its expert, which a model
+# this small feels more than a large one. Big MoE models make
+# the same trade at scale (Switch Transformer, Mixtral, DeepSeek): their experts hold most of the
+# parameters, and each token visits only a few.
+
+# %% [markdown]
+# ## 2. The router, top-k and a capacity
+#
+# Each expert takes at most a **capacity** of `ceil(factor x tokens x k / E)` requests from a group
+# of tokens: a buffer of known size, which ranks will need. First choices are served before second
+# choices, each in token order; a request past the capacity is **dropped**: the token skips that
+# expert and the residual connection carries it on.
+#
+# **Predict:** 24 tokens, k = 2, four experts, factor 1: what is the capacity, and can anything drop?
+
+# %%
+torch.manual_seed(0)
+layer = MoE(8, 16, MoEConfig(experts=EXPERTS, top_k=2, capacity_factor=1.0))
+layer(torch.randn(24, 8))
+print("capacity of each expert:", capacity(24, layer.cfg))
+print("requests each expert got:", layer.last["asked"])
+print("requests each expert kept:", layer.last["kept"], " dropped:", layer.last["dropped"])
+assert layer.last["kept"] == [min(a, capacity(24, layer.cfg)) for a in layer.last["asked"]]
+
+# %% [markdown]
+# A router that favours some experts fills them past their capacity while others have room: the
+# fuller the favourite, the more tokens it drops. Section 4 comes back to this.
+#
+# ## 3. Experts on ranks: tokens travel with all-to-all
+#
+# With four experts on four ranks, each rank keeps one expert and the whole router, and routes its
+# own tokens. Then, in every MoE layer:
+#
+# 1. **counts**: each rank tells each rank how many tokens it will send (they change every step);
+# 2. **dispatch**: the tokens go to their experts' ranks, an all-to-all with pieces of different sizes;
+# 3. each rank runs its expert on what arrived;
+# 4. **combine**: the results go back the same way, and each token adds up its experts' outputs.
+#
+# The backward pass runs the same exchanges the other way round.
+
+# %% [markdown]
+# `how="by_hand"` writes the all-to-all from send/recv: in round r each rank sends to the rank r
+# after it and receives from the rank r before it, so every pair meets once. Every round's messages
+# are posted before any is waited for, so no rank idles between rounds. `how="library"` is one
+# `dist.all_to_all_single` with split sizes (on Horovod, `hvd.alltoall` with `splits`).
+#
+# **Predict:** each rank routes 4 lines of 48 tokens with k = 2. If the router spread them evenly,
+# how many requests would leave a rank in one dispatch? Then check against one process routing
+# four groups (SGD, so that rounding cannot grow; lesson 12 did the same):
+
+# %% tags=["nbval-ignore-output"]
+EQUAL = dict(READER, steps=20, experts=EXPERTS, top_k=2, capacity_factor=1.25, aux_weight=0.1,
+             optimizer="sgd", lr=0.1, test_lines=32)
+reference = training.train_single(groups=RANKS, **EQUAL)
+by_hand = distlab.launch(training.train, world_size=RANKS, how="by_hand", **EQUAL)
+
+# %%
+def kept(records, step):
+    return [sum(r.routing[step][b]["kept"][e] for r in records for b in range(READER["layers"]))
+            for e in range(EXPERTS)]
+
+
+assert distlab.max_param_difference(measure.as_one_process(by_hand), reference.params) <= 1e-5
+assert all(kept(by_hand, s) == kept([reference], s) for s in range(EQUAL["steps"]))
+print(f"after {EQUAL['steps']} steps the experts on {RANKS} ranks equal one process (within 1e-5): True")
+print("and every step kept the same tokens at every expert: True")
+
+# %% tags=["nbval-ignore-output"]
+tokens = READER["global_batch_size"] // RANKS * READER["digits"] * 16
+left = [sum(row) - row[i] for i, row in enumerate(measure.matrix(by_hand, 0, 0))]
+print(f"step 0, block 0: requests that left each rank: {left} (if spread evenly: {tokens * 2 * 3 // 4})")
+formula = measure.all_to_all_bytes(tokens, READER["d_model"], 2, EXPERTS, 1.25, RANKS, READER["layers"])
+counted = measure.measured_bytes(by_hand)
+print(f"bytes that crossed ranks per step, all ranks: counted {statistics.mean(counted):,.0f} "
+      f"(from {min(counted):,} to {max(counted):,}); the formula if spread evenly {formula:,.0f}; "
+      f"ratio {statistics.mean(counted) / formula:.3f}")
+
+# %% [markdown]
+# The formula (in `distlab/experts/measure.py`): every kept request that leaves its rank crosses
+# four times (to its expert and back, forward and backward), a row of width 4-byte numbers each.
+# The counted bytes fall short of it where the router sent more than a capacity to one expert and
+# requests were dropped. The matrix shows each step's all-to-all: row i, the tokens rank i sent to
+# each rank; the diagonal never leaves its rank. Play it to watch the routing change with training.
+
+# %% tags=["nbval-ignore-output"]
+pictures.matrix_player(by_hand)
+
+# %% [markdown]
+# ## 4. Balance: the busiest expert
+#
+# Left alone, a router keeps sending tokens to the experts that did well early, which then learn
+# faster and win more tokens. The Switch Transformer adds a **balancing loss**, `E x sum_e f_e P_e`
+# (`f_e` the share of tokens whose first choice is e, `P_e` the router's mean probability for e),
+# which is smallest when both are even.
+#
+# **Predict:** without the balancing loss, will the busiest expert end with more than its fair
+# share of requests? How many more? Two runs on four ranks, the library's all-to-all, Adam:
+
+# %% tags=["nbval-ignore-output"]
+BALANCE = dict(READER, steps=60, experts=EXPERTS, top_k=1, capacity_factor=1.25, lr=1e-2, test_lines=32)
+runs = {f"balancing loss x {w}": distlab.launch(training.train, world_size=RANKS, how="library",
+                                                aux_weight=w, progress="none", **BALANCE) for w in (0.0, 0.1)}
+for name, records in runs.items():
+    busiest = measure.settled(measure.imbalance(records))
+    print(f"{name}: busiest expert / mean over the last 10 steps {busiest['mean']:.2f} "
+          f"(from {busiest['low']:.2f} to {busiest['high']:.2f}); requests dropped "
+          f"{sum(measure.dropped(records)[-10:])}")
+low, high = (measure.settled(measure.imbalance(r)) for r in runs.values())
+print("verdict:", "no clear difference (the ranges overlap)" if high["high"] >= low["low"] and low["high"]
+      >= high["low"] else f"the balancing loss {'evens' if high['mean'] < low['mean'] else 'unevens'} the load")
+
+# %% tags=["nbval-ignore-output"]
+pictures.load_explorer(runs)
+
+# %% [markdown]
+# Each column is a step, each row an expert, the colour its requests; the bars under it count the
+# dropped ones. A busy expert past its capacity drops requests, and those tokens skip the MLP.
+#
+# ## 5. The cost of imbalance: who waits?
+#
+# In every exchange a rank waits until the ranks it trades with get there, so each MoE layer lasts
+# as long as its busiest expert's rank takes. Below: each rank's expert work (CPU seconds, a fair
+# measure even when ranks share cores) against the mean, step by step, in the run without the
+# balancing loss, beside the requests each rank served.
+
+# %% tags=["nbval-ignore-output"]
+alone = runs["balancing loss x 0.0"]
+work = measure.slowest_vs_mean(alone)
+rows = [max(r) / statistics.mean(r) for r in (measure.rows_arrived(alone, s) for s in range(2, len(work) + 2))]
+print(f"slowest expert rank's work / mean: median {statistics.median(work):.2f} "
+      f"(from {min(work):.2f} to {max(work):.2f}); its requests / mean: median {statistics.median(rows):.2f}")
+
+# %% [markdown]
+# Compare the two medians. If the work spreads less than the requests, part of an expert's time
+# does not depend on its tokens (Python's calls, starting each matrix product), which weighs more
+# the smaller the expert. Experts the size of a real model's spend their time on arithmetic, so their
+# work follows their requests, and every rank's step lasts as long as the busiest expert's.
+#
+# The timeline is one MoE layer's forward on each rank, part by part. Four ranks share this
+# machine's two cores, so some waiting is for a core rather than for an expert; a machine with a
+# core (or a GPU) per rank shows only the second kind.
+
+# %% tags=["nbval-ignore-output"]
+pictures.timeline_player(alone)
+
+# %% [markdown]
+# ## 6. Which expert reads which stroke?
+#
+# After training, each rank kept its router's first choice for the tokens of a few test lines.
+# Each 2x2 patch is tinted with its expert: do blank patches share an expert? Do strokes?
+
+# %% tags=["nbval-ignore-output"]
+pictures.router_explorer(runs["balancing loss x 0.1"][0].router)
+
+# %% [markdown]
+# ## Exercises
+#
+# **1.** A group of 192 tokens, k = 2, four experts, capacity factor 1.25: how many requests can one
+# expert take at most?
+
+# %%
+from distlab.course import exercises_experts
+
+my_capacity = ...       # requests
+
+exercises_experts.capacity_slots(my_capacity, tokens=192, experts=4, top_k=2, capacity_factor=1.25)
+
+# %% [markdown]
+# **2.** A rank routes 192 tokens with k = 2 to four experts on four ranks, one each. If the router
+# spreads them evenly and nothing is dropped, how many requests leave the rank in one dispatch?
+
+# %%
+my_crossing = ...       # requests
+
+exercises_experts.crossing_tokens(my_crossing, tokens=192, top_k=2, ranks=4)
+
+# %% [markdown]
+# **3.** An MoE layer of width 32 has four experts, each an MLP 32 -> 128 -> 32 with biases, and a
+# router without bias. With k = 1, how many of the layer's parameters does one token go through?
+
+# %%
+my_parameters = ...     # parameters
+
+exercises_experts.active_parameters(my_parameters, d_model=32, hidden=128, experts=4, top_k=1)
+
+# %% [markdown]
+# ## What we measured
+#
+# | question | where the answer is printed |
+# |---|---|
+# | more parameters, same work per token: better reading? | section 1's verdict, with its spread |
+# | do experts on ranks train what one process trains? | section 3: equal within 1e-5, same tokens kept |
+# | bytes per step | section 3: counted against `requests x (n-1)/n x 4 x width x 4 bytes` |
+# | does the balancing loss even the load? | section 4's verdict, from the last steps' ranges |
+# | what does imbalance cost? | section 5: the slowest expert rank's work against the mean |
+#
+# Expert parallelism is one more axis of the mesh (`data x expert`): the dense parameters are
+# averaged over every rank, each expert's over its copies.
+
+# %% [markdown]
+# **Read further.** Shazeer et al., *Outrageously Large Neural Networks: the Sparsely-Gated
+# Mixture-of-Experts Layer* (2017), arXiv:1701.06538; Lepikhin et al., *GShard* (2020),
+# arXiv:2006.16668 (top-2 gating, capacity, section 2); Fedus, Zoph and Shazeer, *Switch
+# Transformers* (2021), arXiv:2101.03961 (the balancing loss, their equation 4); Zoph et al.,
+# *ST-MoE* (2022), arXiv:2202.08906 (the router z-loss); Rajbhandari et al., *DeepSpeed-MoE*
+# (2022), arXiv:2201.05596; DeepSeek-AI, *DeepSeek-V3 Technical Report* (2024), arXiv:2412.19437;
+# the Ultra-Scale Playbook (Hugging Face, 2025), its chapter on expert parallelism.
+
+# %% [markdown]
+# **Previous:** [12 · Long lines: splitting the heads and the sequence](12_long_lines.ipynb) · [The course: map, glossary, solutions](../course/README.md)
