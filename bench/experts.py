@@ -16,20 +16,20 @@ experts and a router (``experts.training``), lines of 3 digits:
   not a time: it is taken from every timed run below (by hand and library alike), and they agree.
 - ``by_hand_all_to_all_vs_library``: the time of the forward's exchanges (the parts "dispatch" and
   "combine" of ``ExpertParallelMoE``, both blocks) with the all-to-all by hand (n - 1 rounds of
-  send/recv) over one ``all_to_all_single``, 4 ranks, ``LESSON`` sizes.  Per step and part, the time
-  from the moment the last rank began it to the moment the last rank finished it (the ranks' wall
-  clocks are one clock on one machine).  Not any one rank's own time: until the last rank arrives the
-  others wait for its routing or its experts, which is the imbalance's cost, not the exchange's; and
-  no rank can finish before every rank has sent (each needs a piece from each), so the span is the
-  exchange itself.  ``ROUNDS`` rounds of four launches, by hand, library, library, by hand (a load that
-  grows or fades during a round hits both alike), ``TIMED_STEPS`` steps each, the first ``SKIP`` left
-  out; a round's figure is the median of its by-hand steps over the median of its library steps; the
-  GOAL is the median of the rounds, the ratio of the medians of all steps beside it.  Goal <= 1.3.
-  Printed before it: the same on 2 ranks (one round of send/recv, a core each), where by hand took
-  2.3 and 2.9 x the library's time in two runs: the cost is in each send/recv exchange, not in the
-  number of rounds.  Another program on the 2 cores slows the by-hand exchange more than the library's
-  (while the tests ran beside it, about 60 ms against 27 a step; on a quiet machine about 23 against
-  16): its rounds wait for each other, and every wait can meet a rank that is off its core.
+  send/recv, every round's messages posted before any is waited for) over one ``all_to_all_single``,
+  4 ranks, ``LESSON`` sizes.  Per step and part, the time from the moment the last rank began it to
+  the moment the last rank finished it (the ranks' wall clocks are one clock on one machine).  Not any
+  one rank's own time: until the last rank arrives the others wait for its routing or its experts,
+  which is the imbalance's cost, not the exchange's; and no rank can finish before every rank has sent
+  (each needs a piece from each), so the span is the exchange itself.  ``ROUNDS`` rounds of four
+  launches, by hand, library, library, by hand (a load that grows or fades during a round hits both
+  alike), ``TIMED_STEPS`` steps each, the first ``SKIP`` left out; a round's figure is the median of
+  its by-hand steps over the median of its library steps; the GOAL is the median of the rounds, the
+  ratio of the medians of all steps beside it.  Goal <= 1.3.  Printed before it: the same on 2 ranks
+  (one send/recv each way, a core each; 2.10 and 1.50 in two runs): each of gloo's send/recv costs
+  about as much as a whole all-to-all of these sizes, so the by-hand version waited round by round
+  took 1.58 x the library's time on 4 ranks; posting every round first, 1.19 and 1.16.  Another
+  program on the 2 cores slows the by-hand exchange more than the library's.
 - ``balance_with_aux_loss``: the busiest expert's requests over the mean (``measure.imbalance``, the
   worse block), the mean of the last 10 steps (``measure.settled``), after ``BALANCE_STEPS`` Adam
   steps on 2 ranks, top-1, with Switch Transformer's balancing loss (weight 0.1); the same without it
@@ -45,7 +45,7 @@ says it: a gap within two standard errors of a difference of two proportions is 
 The one-process runs use one thread, as each rank does: with two threads on 2 cores, the reader with
 experts took 20 s for 100 steps instead of 3.7 s.
 
-Run time: under 2 minutes on 2 quiet cores (110 and 109 s in two runs; 135 s while tests ran beside
+Run time: under 2 minutes on 2 quiet cores (113 s in each of two runs; 135 s while tests ran beside
 it), half of it the 24 launches of the timed exchanges, 45 s the 6 balance runs.  Exits 0.
 """
 import os

@@ -116,7 +116,8 @@ assert layer.last["kept"] == [min(a, capacity(24, layer.cfg)) for a in layer.las
 # `how="by_hand"` writes the all-to-all from send/recv: in round r each rank sends to the rank r
 # after it and receives from the rank r before it, so every pair meets once. Every round's messages
 # are posted before any is waited for, so no rank idles between rounds. `how="library"` is one
-# `dist.all_to_all_single` with split sizes (on Horovod, `hvd.alltoall` with `splits`).
+# `dist.all_to_all_single` with split sizes (on Horovod, `hvd.alltoall` with `splits`);
+# `bench/experts.py` times the two side by side.
 #
 # **Predict:** each rank routes 4 lines of 48 tokens with k = 2. If the router spread them evenly,
 # how many requests would leave a rank in one dispatch? Then check against one process routing

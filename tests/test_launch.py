@@ -321,3 +321,18 @@ def test_a_config_that_does_not_fit_its_strategy_is_refused_by_launch(tmp_path):
     from distlab.parallel import deepspeed_zero
     if "checkpoint" not in deepspeed_zero.train.supports:
         refused_fast(str(path), "checkpoint.every: strategy deepspeed")
+
+
+def test_a_one_process_reference_runs_on_one_thread_and_gives_the_threads_back():
+    """Lesson 12 (cores.one_thread): inside, one thread, as each rank has; after, what the notebook had,
+    even when the reference fails."""
+    import torch
+
+    from distlab.processes.cores import one_thread
+
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="inside"):
+        with one_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("inside")
+    assert torch.get_num_threads() == before
