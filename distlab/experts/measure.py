@@ -99,20 +99,27 @@ def timeline(records, step: int, block: int) -> list[dict]:
     return [{part: (a - t0, b - t0) for part, (a, b) in r.routing[step][block]["times"].items()} for r in ranks]
 
 
+def one_process_names(record) -> dict:
+    """Lesson 13: one rank's parameters under the names one process gives them: rank r of an expert
+    group of size n holds experts r x E/n ..., so its j-th is expert r x E/n + j."""
+    n, experts = record.config["mesh"]["expert"], record.config["experts"]
+    first = (record.rank % n) * (experts // n)
+    out = {}
+    for name, p in record.params.items():
+        if ".mlp.experts." in name:
+            head, rest = name.split(".mlp.experts.")
+            j, tail = rest.split(".", 1)
+            name = f"{head}.mlp.experts.{first + int(j)}.{tail}"
+        out[name] = p
+    return out
+
+
 def as_one_process(records) -> dict:
-    """Lesson 13: every rank's parameters under the names one process gives them (rank r of an expert
-    group of size n holds experts r x E/n ...; its j-th is expert r x E/n + j), each expert taken
+    """Lesson 13: every rank's parameters put together under one process's names, each expert taken
     from the first data replica that holds it, the dense ones from rank 0."""
     out = {}
     for r in sorted(records, key=lambda r: r.rank, reverse=True):      # rank 0 written last: its copy stays
-        n, experts = r.config["mesh"]["expert"], r.config["experts"]
-        first = (r.rank % n) * (experts // n)
-        for name, p in r.params.items():
-            if ".mlp.experts." in name:
-                head, rest = name.split(".mlp.experts.")
-                j, tail = rest.split(".", 1)
-                name = f"{head}.mlp.experts.{first + int(j)}.{tail}"
-            out[name] = p
+        out.update(one_process_names(r))
     return out
 
 
