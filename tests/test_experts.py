@@ -61,6 +61,21 @@ def test_the_balancing_loss_is_one_when_uniform_and_more_when_not():
     assert aux_loss(skewed, 4).item() > 3.5                              # all on expert 0: close to E
 
 
+def test_the_router_z_loss_is_the_squared_log_sum_exp_and_joins_the_layers_loss():
+    """ST-MoE's z-loss: zero logits over 4 experts give (log 4)^2; the layer adds both losses, weighted."""
+    from distlab.experts.moe import z_loss
+
+    assert math.isclose(z_loss(torch.zeros(5, 4)).item(), math.log(4) ** 2, rel_tol=1e-6)
+    torch.manual_seed(2)
+    cfg = MoEConfig(experts=4, top_k=1, aux_weight=0.01, z_weight=0.001)
+    moe = MoE(8, 16, cfg)
+    x = torch.randn(12, 8)
+    moe(x)
+    logits = moe.router(x)
+    want = 0.01 * aux_loss(route(logits, cfg), 4) + 0.001 * z_loss(logits)
+    assert torch.allclose(moe.loss, want)
+
+
 @pytest.mark.parametrize("settings, match", [
     (dict(experts=2, top_k=3), "top_k=3 asks for more experts per token than the 2 there are"),
     (dict(capacity_factor=0), "capacity_factor must be a number above 0, got 0"),
