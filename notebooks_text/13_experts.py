@@ -177,7 +177,7 @@ runs = {f"balancing loss x {w}": distlab.launch(training.train, world_size=RANKS
                                                 aux_weight=w, progress="none", **BALANCE) for w in (0.0, 0.1)}
 for name, records in runs.items():
     busiest = measure.settled(measure.imbalance(records))
-    print(f"{name}: busiest expert / mean over the last 10 steps {busiest['mean']:.2f} "
+    print(f"{name}: busiest expert / mean, the worse block, last 10 steps {busiest['mean']:.2f} "
           f"(from {busiest['low']:.2f} to {busiest['high']:.2f}); requests dropped "
           f"{sum(measure.dropped(records)[-10:])}")
 low, high = (measure.settled(measure.imbalance(r)) for r in runs.values())

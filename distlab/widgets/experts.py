@@ -50,7 +50,8 @@ def load_figure(runs: dict, block: int) -> Figure:
         ax.set_yticks(range(load.shape[0]), [f"expert {e}" for e in range(load.shape[0])])
         ax.set_xticks([])
         ratio = measure.settled(measure.imbalance(records, block))["mean"]
-        ax.set_title(f"{name}: busiest / mean over the last 10 steps = {ratio:.2f}", fontsize=9, loc="left")
+        ax.set_title(f"{name}, block {block}: busiest / mean over the last 10 steps = {ratio:.2f}", fontsize=9,
+                     loc="left")
         low = fig.add_subplot(grid[1, i], sharex=ax)
         low.bar(range(steps), [sum(r.routing[s][block]["dropped"] for r in records) for s in range(steps)],
                 color=PART_COLOURS["waiting"], width=0.9)
