@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..data import load_digits
+from ..parallel.gradient_sync import all_reduce_flat
 from ..parallel.loop import Run, train_steps
 from ..parallel.named_mesh import Mesh, check_mesh
 from ..parallel.tensor_parallel import Traffic
@@ -72,23 +73,16 @@ class ReadWithExperts(ReadLines):
 def _sync(model, worker, mesh) -> None:
     """Lesson 13: the dense parameters averaged over every rank; an expert's gradient (the sum over its
     expert group's tokens) divided by the group's size and averaged over the data replicas.  Each of
-    the two is one all-reduce of all its gradients laid end to end (one bucket, as in lesson 03's DDP):
-    a step with dozens of small all-reduces would spend its time on their start-up costs."""
+    the two is one all-reduce of all its gradients laid end to end (``all_reduce_flat``, lesson 01's
+    fused average): a step with dozens of small all-reduces would spend its time on their start-ups."""
     dense, experts = [], []
     for name, p in model.named_parameters():
         (experts if ".mlp.experts." in name else dense).append(p.grad)
-    _all_reduce_flat(worker, dense, None)
+    all_reduce_flat(worker, dense)
     if mesh.size("data") > 1:
-        _all_reduce_flat(worker, experts, mesh.group("data"))
+        all_reduce_flat(worker, experts, mesh.group("data"))
     for g in experts:
         g.div_(mesh.size("expert"))
-
-
-def _all_reduce_flat(worker, grads: list, group) -> None:
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    worker.all_reduce(flat, op="avg", group=group)
-    for g, piece in zip(grads, flat.split([g.numel() for g in grads])):
-        g.copy_(piece.view_as(g))
 
 
 def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "cpu", d_model: int = 32,

@@ -85,12 +85,17 @@ class AllReduceFused(AllReduceEachParameter):
 
     def communicate(self, run: Run, step: int) -> tuple[float, float]:
         start = time.time()
-        grads = [p.grad for p in run.model.parameters()]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.worker.all_reduce(flat, op="avg")
-        for g, averaged in zip(grads, flat.split([g.numel() for g in grads])):
-            g.copy_(averaged.view_as(g))
+        all_reduce_flat(self.worker, [p.grad for p in run.model.parameters()])
         return start, time.time()
+
+
+def all_reduce_flat(worker, grads: list[torch.Tensor], group=None) -> None:
+    """Lesson 01: average ``grads`` over ``group`` (None: every rank) in one all-reduce of one flat
+    buffer, then copy each average back in place (lesson 13's experts use it for two such buckets)."""
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    worker.all_reduce(flat, op="avg", group=group)
+    for g, averaged in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(averaged.view_as(g))
 
 
 class BackendDataParallel(Strategy):
