@@ -63,7 +63,7 @@ def token_params(sequence_parallel: bool) -> int:
     model = build_transformer(TransformerConfig(
         d_model=MODEL["d_model"], heads=MODEL["heads"], layers=MODEL["layers"], max_digits=MODEL["digits"]))
     return sum(p.numel() for name, p in model.named_parameters()
-               if not name.startswith(("digit_head", "check_head")) and not name.endswith(tuple(tp.SPLIT)))
+               if not name.startswith(("head.digits", "head.check")) and not name.endswith(tuple(tp.SPLIT)))
 
 
 def main() -> int:

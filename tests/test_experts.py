@@ -73,7 +73,7 @@ def test_the_router_z_loss_is_the_squared_log_sum_exp_and_joins_the_layers_loss(
     moe(x)
     logits = moe.router(x)
     want = 0.01 * aux_loss(route(logits, cfg), 4) + 0.001 * z_loss(logits)
-    assert torch.allclose(moe.loss, want)
+    assert torch.allclose(moe.extra_loss, want)
 
 
 @pytest.mark.parametrize("settings, match", [

@@ -48,6 +48,9 @@ def test_a_mesh_that_does_not_fit_is_refused_before_starting(kwargs, message):
     ([("data", 2), ("tensor", 1), ("data", 2)], "mesh axis 'data' is named twice"),
     ({"data": 2, "expert": 3}, "a mesh of data 2 x expert 3 = 6 ranks does not match the world size 4"),
     ({"context": 0}, "context must be a positive integer"),
+    ({"data": -1, "tensor": 2}, None),
+    ({"data": -1, "tensor": -1}, "only one mesh axis may be -1"),
+    ({"data": -1, "tensor": 3}, "tensor 3 = 3 ranks does not divide the world size 4"),
 ])
 def test_the_named_mesh_is_checked_before_any_process_starts(sizes, message):
     if message is None:
@@ -55,6 +58,18 @@ def test_the_named_mesh_is_checked_before_any_process_starts(sizes, message):
         return
     with pytest.raises(ValueError, match=message):
         named_mesh.check_mesh(4, sizes)
+
+
+def test_purpose_groups_are_the_ranks_that_differ_only_along_their_axes():
+    """Issue 36: groups of several axes (data x context for the gradients of what saw a piece of the line)."""
+    sizes = named_mesh.check_mesh(8, dict(data=2, context=2, tensor=2))
+    assert named_mesh.blocks(sizes, ("data", "context")) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert named_mesh.blocks(sizes, ("context", "tensor")) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert named_mesh.blocks(sizes, ("data",)) == named_mesh.lines(sizes, "data")
+    assert named_mesh.wide_combinations(sizes) == [("data", "context"), ("data", "tensor"), ("context", "tensor"),
+                                                   ("data", "context", "tensor")]
+    for combo in named_mesh.wide_combinations(sizes):      # every rank in exactly one group of each purpose
+        assert sorted(r for g in named_mesh.blocks(sizes, combo) for r in g) == list(range(8))
 
 
 def test_the_named_mesh_puts_tensor_ranks_side_by_side():

@@ -27,7 +27,31 @@ def group_collectives(worker):
     out["reduce_scatter"] = worker.reduce_scatter(torch.arange(4.0) + 10 * r, group=group)
     out["reduce_scatter avg"] = worker.reduce_scatter(torch.arange(4.0) + 10 * r, op="avg", group=group)
     out["all_to_all"] = worker.all_to_all(torch.tensor([100.0 * r, 100.0 * r + 1]), group=group)
+    # issue 36: the same collectives started at once, finished later (the overlap's building block)
+    pending = {"async sum": worker.all_reduce(torch.tensor([r + 1.0, 10.0 * r]), group=group, async_op=True),
+               "async avg": worker.all_reduce(torch.tensor([r + 1.0]), op="avg", group=group, async_op=True),
+               "async broadcast": worker.broadcast(torch.tensor([float(r)]), src=group.ranks[-1], group=group,
+                                                   async_op=True),
+               "async reduce_scatter": worker.reduce_scatter(torch.arange(4.0) + 10 * r, group=group, async_op=True),
+               "async all_gather": worker.all_gather(torch.tensor([r, r * r]), group=group, async_op=True)}
+    for name, p in pending.items():
+        out[name] = p.wait()
+    out["async all_gather"] = torch.stack(out["async all_gather"])
+    out["waited twice"] = pending["async sum"].wait()
     partner = group.ranks[1 - group.index(r)]
+    try:
+        first, second = torch.zeros(1), torch.zeros(1)       # two messages told apart by their tags
+        if group.index(r) == 0:
+            sent = [worker.send(torch.tensor([7.0]), partner, tag=7, async_op=True),
+                    worker.send(torch.tensor([5.0]), partner, tag=5, async_op=True)]
+            for p in sent:
+                p.wait()
+        else:
+            worker.recv(second, partner, tag=5)                # the later message first
+            worker.recv(first, partner, tag=7, async_op=True).wait()
+        out["tags"] = torch.cat([first, second])
+    except RuntimeError as err:
+        out["tags"] = str(err)
     try:
         got = torch.zeros(2)
         if group.index(r) == 0:
@@ -52,6 +76,13 @@ def expected(rank):
             "reduce_scatter avg": sum(torch.arange(4.0) + 10 * q for q in group)[2 * me:2 * me + 2] / 2,
             "all_to_all": torch.tensor([100.0 * q + me for q in group]),
             "recv": torch.tensor([group[0], -1.0]) if me == 1 else torch.zeros(2),
+            "async sum": torch.tensor([sum(q + 1.0 for q in group), sum(10.0 * q for q in group)]),
+            "waited twice": torch.tensor([sum(q + 1.0 for q in group), sum(10.0 * q for q in group)]),
+            "async avg": torch.tensor([sum(q + 1.0 for q in group) / 2]),
+            "async broadcast": torch.tensor([float(group[-1])]),
+            "async reduce_scatter": sum(torch.arange(4.0) + 10 * q for q in group)[2 * me:2 * me + 2],
+            "async all_gather": torch.tensor([[q, q * q] for q in group]),
+            "tags": torch.tensor([7.0, 5.0]) if me == 1 else torch.zeros(2),
             "world sum": torch.tensor([4.0])}
 
 
@@ -60,7 +91,7 @@ def test_each_collective_in_a_group_does_what_the_arithmetic_says(backend):
     results = distlab.launch(group_collectives, world_size=4, backend=backend, progress="none", timeout=60)
     for rank, got in enumerate(results):
         for name, want in expected(rank).items():
-            if name == "recv" and backend == "horovod":
+            if name in ("recv", "tags") and backend == "horovod":
                 assert "Horovod has no point-to-point send/recv" in got[name]
                 assert "backend='torchrun'" in got[name]
                 continue
@@ -78,6 +109,8 @@ def skip_in_tensor_group(worker):
 
 
 def test_a_group_of_the_mesh_keeps_the_jobs_timeout():
-    """The DeviceMesh's groups get the job's timeout (PyTorch's default for them is 30 minutes)."""
-    with pytest.raises(distlab.WorkerError, match="rank 0 failed: RuntimeError: .*Timed out"):
+    """The DeviceMesh's groups get the job's timeout (PyTorch's default for them is 30 minutes), and
+    every wait has it too (issue 36: each operation is started asynchronously and waited for)."""
+    with pytest.raises(distlab.WorkerError,
+                       match="rank 0 failed: TimeoutError: all_reduce on rank 0 waited more than 2 s"):
         distlab.launch(skip_in_tensor_group, world_size=4, progress="none", warm=False, timeout=2)

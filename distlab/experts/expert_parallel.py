@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..parallel.tensor_parallel import Traffic
+from ..train.reduce import mark
 from .moe import MoE, aux_loss, route, z_loss
 
 HOW = ("by_hand", "library")
@@ -107,14 +108,14 @@ class ExpertParallelMoE(nn.Module):
         cfg, n = moe.cfg, len(group)
         check_experts(cfg.experts, n)
         self.cfg, self.per_rank, self.me = cfg, cfg.experts // n, group.index(worker.rank)
-        self.router = moe.router
-        first = self.me * self.per_rank
+        self.router, self.pieces_per_line = moe.router, moe.pieces_per_line
+        self.first = first = self.me * self.per_rank          # this rank's first expert, by its global number
         self.experts = nn.ModuleList(moe.experts[first:first + self.per_rank])
         self.worker, self.group = worker, group
         self.swap = _by_hand(worker, group) if how == "by_hand" else _library(worker, group)
         self.traffic = traffic if traffic is not None else Traffic()
         self.last: dict = {}
-        self.loss = torch.zeros(())
+        self.extra_loss = torch.zeros(())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg, n, per, me = self.cfg, len(self.group), self.per_rank, self.me
@@ -122,7 +123,8 @@ class ExpertParallelMoE(nn.Module):
         tokens = x.reshape(-1, x.shape[-1])
         logits = self.router(tokens)
         routing = route(logits, cfg)
-        self.loss = cfg.aux_weight * aux_loss(routing, cfg.experts) + cfg.z_weight * z_loss(logits)
+        self.extra_loss = (cfg.aux_weight * aux_loss(routing, cfg.experts)
+                           + cfg.z_weight * z_loss(logits)) / self.pieces_per_line
         # 1. the kept requests, sorted by expert, then by slot (the order each expert serves them)
         token, choice = torch.nonzero(routing.kept, as_tuple=True)
         expert, slot = routing.expert[token, choice], routing.slot[token, choice]
@@ -151,3 +153,34 @@ class ExpertParallelMoE(nn.Module):
                      "matrix": send, "expert_cpu": cpu, "choice": routing.expert[:, 0],
                      "times": dict(zip(PHASES, zip(clock, clock[1:])))}
         return out.view_as(x)
+
+
+def parallelize(model, layout) -> None:
+    """Lesson 13: the expert axis's transform of the one model (``parallelize.transforms``).  Every block's
+    mixture of experts learns how many pieces of each line a rank holds (context or sequence parallelism:
+    its balancing losses then count that share), and, across an expert group longer than one rank, spreads
+    its experts over the group: an expert's gradient then holds every token of the group, so it is no
+    longer split along the expert axis (``train.reduce.mark``)."""
+    experts = [block.mlp for block in model.blocks if isinstance(block.mlp, MoE)]
+    piece = layout.line_piece
+    for moe in experts:
+        moe.pieces_per_line = piece.size if piece is not None else 1
+    mesh = layout.mesh
+    if not experts or mesh.size("expert") == 1:
+        return
+    for block in model.blocks:
+        block.mlp = ExpertParallelMoE(block.mlp, layout.worker, mesh.group("expert"), layout.spec.parallel.all_to_all,
+                                      layout.traffic)
+        for p in block.mlp.experts.parameters():
+            mark(p, remove=("expert",))
+
+
+def one_process_name(name: str, module) -> str:
+    """Lesson 13: a parameter's name in one process holding every expert, from its name on a rank
+    (``blocks.0.mlp.experts.1.fc1.weight`` on the rank whose first expert is 2 is expert 3's)."""
+    head, sep, tail = name.partition(".mlp.experts.")
+    if not sep:
+        return name
+    block = module.get_submodule(head + ".mlp")
+    index, rest = tail.split(".", 1)
+    return f"{head}.mlp.experts.{getattr(block, 'first', 0) + int(index)}.{rest}"

@@ -117,7 +117,10 @@ class MoE(nn.Module):
 
     ``forward(x)`` takes (..., d) and returns the same shape; ``last`` keeps what the latest forward
     routed (tokens asked of and kept by each expert, dropped requests, each token's first choice) and
-    ``loss`` its weighted balancing losses, which the training step adds to the task's loss."""
+    ``extra_loss`` its weighted balancing losses, which the micro-step (``train.step``) adds to the task's loss."""
+
+    line_pieces = None     # one process standing for ranks that each hold a piece of every line (lesson 12)
+    pieces_per_line = 1    # a rank holding one of n pieces: its balancing losses count 1/n (the sum of n)
 
     def __init__(self, d_model: int, hidden: int, cfg: MoEConfig = MoEConfig(), groups: int = 1):
         super().__init__()
@@ -125,26 +128,39 @@ class MoE(nn.Module):
         self.router = nn.Linear(d_model, cfg.experts, bias=False)
         self.experts = nn.ModuleList(Expert(d_model, hidden) for _ in range(cfg.experts))
         self.last: dict = {}
-        self.loss = torch.zeros(())
+        self.extra_loss = torch.zeros(())
+
+    def token_groups(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Lesson 13: the token numbers (rows of ``x`` flattened to tokens) of each group routed on its own:
+        ``groups`` equal runs of lines, as that many ranks would each route their own; and, with
+        ``line_pieces`` (each a list of positions in the line), each run cut by piece of the line, as ranks
+        that each hold a piece of every line would (issue 36: experts with context parallelism)."""
+        lines = x.reshape(-1, x.shape[-2], x.shape[-1]) if x.dim() > 2 else x[:, None]
+        n, t = lines.shape[0], lines.shape[1]
+        if n % self.groups:
+            raise ValueError(f"{n * t} tokens ({n} lines) do not cut into {self.groups} equal groups")
+        numbers = torch.arange(n * t, device=x.device).view(n, t)
+        pieces = self.line_pieces if self.line_pieces is not None else [torch.arange(t)]
+        return [run[:, where.to(x.device)].reshape(-1) for run in numbers.chunk(self.groups) for where in pieces]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
-        if flat.shape[0] % self.groups:
-            raise ValueError(f"{flat.shape[0]} tokens do not cut into {self.groups} equal groups")
-        out, asked, kept, losses, choice = [], 0, 0, [], []
-        for tokens in flat.chunk(self.groups):
+        out, asked, kept, losses, choice = torch.zeros_like(flat), 0, 0, [], []
+        groups = self.token_groups(x)
+        for numbers in groups:
+            tokens = flat[numbers]
             logits = self.router(tokens)
             routing = route(logits, self.cfg)
-            out.append(self.combine(tokens, routing))
+            out = out.index_copy(0, numbers, self.combine(tokens, routing))
             choice.append(routing.expert[:, 0])
             asked = asked + torch.bincount(routing.expert.reshape(-1), minlength=self.cfg.experts)
             kept = kept + torch.bincount(routing.expert[routing.kept], minlength=self.cfg.experts)
             losses.append(self.cfg.aux_weight * aux_loss(routing, self.cfg.experts)
                           + self.cfg.z_weight * z_loss(logits))
-        self.loss = torch.stack(losses).mean()
+        self.extra_loss = torch.stack(losses).mean() / self.pieces_per_line
         self.last = {"asked": asked.tolist(), "kept": kept.tolist(), "dropped": int((asked - kept).sum()),
-                     "choice": torch.cat(choice)}
-        return torch.cat(out).view_as(x)
+                     "choice": torch.cat(choice)[torch.argsort(torch.cat(groups))]}
+        return out.view_as(x)
 
     def combine(self, tokens: torch.Tensor, routing: Routing) -> torch.Tensor:
         """Each expert's kept tokens through that expert, weighted by their gates and added up per token.

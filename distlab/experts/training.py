@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..data import load_digits
-from ..parallel.gradient_sync import all_reduce_flat
+from ..train.reduce import all_reduce_flat
 from ..parallel.loop import Run, train_steps
 from ..parallel.named_mesh import Mesh, check_mesh
 from ..parallel.tensor_parallel import Traffic
@@ -51,7 +51,7 @@ class ReadWithExperts(ReadLines):
         self.router = {}      # after training: the first choice of every token of a few test lines
 
     def extra_loss(self, run: Run):
-        return sum(block.mlp.loss for block in run.model.blocks)
+        return sum(block.mlp.extra_loss for block in run.model.blocks)
 
     def step(self, run, step, x, y):
         done = super().step(run, step, x, y)

@@ -18,9 +18,9 @@ when the gradient is applied minus the version it was computed on.  With one wor
 always 0 (that is plain SGD); with W workers of equal speed it is about W - 1; a slow
 worker's gradients are staler still.
 
-Everything goes over ``torch.distributed`` point-to-point messages: ``dist.recv`` without
-a source takes the next message from *any* worker and says who sent it.  Every receive is
-bounded by the process group's timeout (``launch(..., timeout=...)``).
+Everything goes over point-to-point messages (``Worker.send``/``recv``, torch.distributed's underneath):
+``Worker.recv_any`` takes the next message from *any* worker and says who sent it.  Every receive is
+bounded by the job's timeout (``launch(..., timeout=...)``).
 
 Messages (float64, so that version numbers travel exactly):
 server -> worker: ``[version, parameters...]``; worker -> server: ``[version used, loss,
@@ -39,7 +39,6 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..data import load_digits, rank_batch
@@ -112,7 +111,7 @@ def train(worker, *, model: str = "mlp", width: int = 64, batch_size: int = 32, 
     ``straggler=(rank, seconds)`` slows one worker down.  Returns a ``ServerRecord`` on
     rank 0 and a ``RankRecord`` (``method="async"``) on the workers.
     """
-    if worker.device.type != "cpu" or worker.backend != "torchrun" or dist.get_backend() != "gloo":
+    if worker.device.type != "cpu" or worker.backend != "torchrun":
         raise ValueError("async_sgd runs on CPU processes over gloo (NCCL cannot receive from "
                          "any rank); launch it with device='cpu' and backend='torchrun'")
     config = dict(model=model, width=width, batch_size=batch_size, steps=steps, lr=lr, seed=seed,
@@ -140,7 +139,7 @@ class AsyncWorker(Strategy):
 
     def prepare(self, run: Run) -> None:
         self.inbox = torch.empty(1 + sum(p.numel() for p in run.model.parameters()), dtype=torch.float64)
-        dist.recv(self.inbox, src=SERVER)                    # the first pull
+        run.worker.recv(self.inbox, SERVER)                  # the first pull
 
     def before_step(self, run: Run, step: int) -> None:
         """Train on the parameters just pulled."""
@@ -152,9 +151,9 @@ class AsyncWorker(Strategy):
         start = time.time()
         grad = torch.cat([p.grad.reshape(-1) for p in run.model.parameters()]).double()
         header = torch.tensor([self.version, run.loss, run.accuracy], dtype=torch.float64)
-        dist.send(torch.cat([header, grad]), SERVER)         # push
+        run.worker.send(torch.cat([header, grad]), SERVER)   # push
         if step + 1 < self.steps:
-            dist.recv(self.inbox, src=SERVER)                # pull
+            run.worker.recv(self.inbox, SERVER)              # pull
         return start, time.time()
 
     def update(self, run: Run, step: int) -> None:
@@ -168,11 +167,11 @@ def serve(worker, net, config) -> ServerRecord:
     version = 0
     record = ServerRecord(worker.rank, worker.world_size, config, t_first=time.time())
     for w in range(1, worker.world_size):                  # everybody starts from version 0
-        dist.send(torch.cat([torch.tensor([version], dtype=torch.float64), params.double()]), w)
+        worker.send(torch.cat([torch.tensor([version], dtype=torch.float64), params.double()]), w)
     left = {w: steps for w in range(1, worker.world_size)}
     inbox = torch.empty(3 + params.numel(), dtype=torch.float64)
     for _ in range(n_workers * steps):
-        sender = dist.recv(inbox)                          # from whichever worker is first
+        sender = worker.recv_any(inbox)                    # from whichever worker is first
         used, loss, acc = int(inbox[0]), float(inbox[1]), float(inbox[2])
         params -= lr * inbox[3:].to(params.dtype)          # plain SGD, on arrival
         version += 1
@@ -180,8 +179,8 @@ def serve(worker, net, config) -> ServerRecord:
                                      loss, acc))
         left[sender] -= 1
         if left[sender]:                                   # it still has work: send the news
-            dist.send(torch.cat([torch.tensor([version], dtype=torch.float64), params.double()]),
-                      sender)
+            worker.send(torch.cat([torch.tensor([version], dtype=torch.float64), params.double()]),
+                        sender)
     record.wall_time = time.time() - record.t_first
     vector_to_parameters(params, net.parameters())
     data = load_digits(dtype=DTYPES[config["dtype"]])

@@ -28,7 +28,8 @@ from ..processes.checks import check_int
 from ..processes.worker import Worker
 from ..records import RankRecord
 from .gradient_sync import METHODS, make_sync
-from .loop import OPTIMIZERS, Strategy, check_settings, start, train_steps
+from ..train.step import check_optimizer
+from .loop import Strategy, check_settings, start, train_steps
 
 
 def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: int | None,
@@ -68,8 +69,7 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
     if collective != "dist" and method != "by_hand":
         raise ValueError("collective= chooses how method='by_hand' averages; DDP and Horovod use their own")
     check_int("warmup_steps", warmup_steps, minimum=0)
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    check_optimizer(optimizer)
     check_settings(world_size, model=model, width=width, steps=steps, lr=lr, dtype=dtype, straggler=straggler)
     build_model(model, 1, depth=depth)                  # a tiny one, for build_model's check of depth
     check_int("evaluate_every", evaluate_every, minimum=0)

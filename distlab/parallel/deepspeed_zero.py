@@ -33,12 +33,13 @@ from ..long_runs.checkpoint import CheckpointError
 from .data_parallel import per_rank_batch
 from .deepspeed_setup import available, prebuild, status  # noqa: F401 (lesson 08 calls them from here)
 from .deepspeed_state import Stage3Optimizer, full_params, held  # noqa: F401 (held: lesson 08)
-from .loop import OPTIMIZERS, Done, Run, Strategy, evaluate, train_steps
+from ..train.step import check_optimizer
+from .loop import Done, Run, Strategy, evaluate, train_steps
 from .zero import check_train as check_zero
 from .zero import start_sharded
 
 PRECISION_KEYS = {"fp32": {}, "mixed": {"bf16": {"enabled": True}}}
-# Our optimizers (loop.OPTIMIZERS) as a DeepSpeed config names them.  Two defaults of DeepSpeed
+# Our optimizers (train.step.OPTIMIZERS) as a DeepSpeed config names them.  Two defaults of DeepSpeed
 # would change the update: its "Adam" is AdamW (decoupled weight decay, torch's default 0.01)
 # unless "adam_w_mode" is false, and without "torch_adam" it is DeepSpeed's own fused kernel.
 # "SGD" is not one of DeepSpeed's names: it takes torch.optim.SGD by that name.
@@ -73,8 +74,7 @@ def config(world_size: int, *, stage: int, optimizer: str = "adam", lr: float = 
         raise ValueError(f"stage must be 0 (plain data parallel) to 3, got {stage!r}")
     if precision not in PRECISION_KEYS:
         raise ValueError(f"precision must be one of {sorted(PRECISION_KEYS)}, got {precision!r}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    check_optimizer(optimizer)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     if isinstance(gradient_clipping, bool) or not isinstance(gradient_clipping, (int, float)) or gradient_clipping < 0:

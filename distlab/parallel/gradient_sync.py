@@ -21,7 +21,9 @@ class                           ``method=``           how
                                                       backward, as soon as each gradient is ready
 ==============================  ====================  ==============================================
 
-The fused one is what Horovod's *tensor fusion* and DDP's *buckets* do with small tensors;
+The first three are the one gradient reducer's methods (``train.reduce.GradientReducer``, which
+lessons 12 and 13 use for meshes of several axes too).  The fused one is what Horovod's *tensor
+fusion* and DDP's *buckets* do with small tensors;
 the backend's own adds the overlap with backward, which is why its communication cannot be
 timed apart from the computation (its ``StepRecord``s have no communication times).
 All four give the same parameters, up to rounding (the tests check it).
@@ -32,31 +34,32 @@ import time
 
 import torch
 
+from ..train.reduce import GradientReducer
 from .loop import Run, Strategy
 
 METHODS = ("by_hand", "fused", "ddp")
 
 
 class AllReduceEachParameter(Strategy):
-    """Lesson 01: average each gradient tensor with one all-reduce, after backward."""
+    """Lesson 01: average each gradient tensor with one all-reduce, after backward (the one gradient
+    reducer, ``train.reduce``, by hand)."""
 
-    def __init__(self, worker):
-        self.worker = worker
+    method = "by_hand"
 
-    def all_reduce(self, tensor: torch.Tensor) -> None:
-        """Average ``tensor`` over the ranks, in place."""
-        self.worker.all_reduce(tensor, op="avg")
+    def __init__(self, worker, collective: str = "dist"):
+        self.worker, self.collective = worker, collective
 
     def prepare(self, run: Run) -> None:
         """Start from the same parameters everywhere: rank 0's (DDP does the same)."""
         with torch.no_grad():
             for p in run.model.parameters():
                 self.worker.broadcast(p.data, src=0)
+        self.reducer = GradientReducer(self.worker, dict(run.model.named_parameters()), method=self.method,
+                                       collective=self.collective)
 
     def communicate(self, run: Run, step: int) -> tuple[float, float]:
         start = time.time()
-        for p in run.model.parameters():
-            self.all_reduce(p.grad)
+        self.reducer.reduce()
         return start, time.time()
 
 
@@ -67,13 +70,7 @@ class HandWrittenAllReduce(AllReduceEachParameter):
         from ..comm.cost_model import check_algorithm
 
         check_algorithm(algorithm)
-        super().__init__(worker)
-        self.algorithm = algorithm
-
-    def all_reduce(self, tensor: torch.Tensor) -> None:
-        from ..comm.collectives import all_reduce
-
-        all_reduce(tensor, "avg", self.algorithm)
+        super().__init__(worker, collective=algorithm)
 
 
 class AllReduceFused(AllReduceEachParameter):
@@ -83,19 +80,7 @@ class AllReduceFused(AllReduceEachParameter):
     tensor; the price is copying every gradient into the buffer and out again.
     """
 
-    def communicate(self, run: Run, step: int) -> tuple[float, float]:
-        start = time.time()
-        all_reduce_flat(self.worker, [p.grad for p in run.model.parameters()])
-        return start, time.time()
-
-
-def all_reduce_flat(worker, grads: list[torch.Tensor], group=None) -> None:
-    """Lesson 01: average ``grads`` over ``group`` (None: every rank) in one all-reduce of one flat
-    buffer, then copy each average back in place (lesson 13's experts use it for two such buckets)."""
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    worker.all_reduce(flat, op="avg", group=group)
-    for g, averaged in zip(grads, flat.split([g.numel() for g in grads])):
-        g.copy_(averaged.view_as(g))
+    method = "fused"
 
 
 class BackendDataParallel(Strategy):
@@ -115,7 +100,7 @@ class BackendDataParallel(Strategy):
 
 
 def make_sync(method: str, worker, collective: str = "dist") -> Strategy:
-    """The strategy for ``method`` (and, by hand, the all-reduce ``collective``)."""
+    """Lesson 01: the strategy for ``method`` (and, by hand, the all-reduce ``collective``)."""
     if method == "ddp":
         return BackendDataParallel(worker)
     if method == "fused":

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from ..data import shard_indices
 from ..datasets import load_dataset
@@ -56,6 +55,7 @@ from ..long_runs.faults import maybe_fail
 from ..models import DTYPES, MODELS, build_model
 from ..processes.checks import check_int, check_positive
 from ..records import RankRecord, StepRecord
+from ..train.step import make_optimizer, micro_step
 from .logbook import Logbook
 
 
@@ -114,20 +114,6 @@ class Run:
         return x.to(self.worker.device), y.to(self.worker.device)
 
 
-OPTIMIZERS = {   # lesson 08: what an optimizer keeps per parameter is what ZeRO shards
-    "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr),                   # nothing
-    "momentum": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),  # a velocity
-    "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),                 # two moments
-}
-
-
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
-    """Lesson 08: the optimizer called ``name`` (one of ``OPTIMIZERS``) over ``params``."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {name!r}")
-    return OPTIMIZERS[name](params, lr)
-
-
 def start(worker, *, model: str, width: int, lr: float, seed: int, dtype: str, method: str,
           config: dict, shard: tuple[int, int] | None = None, depth: int = 2,
           optimizer: str = "sgd", dataset: str = "digits", samples: int | None = None,
@@ -182,15 +168,13 @@ class Strategy:
         local = own_gradients(run.model, x, y, run.layers) if wanted and self.in_backward else None
         self.before_step(run, step)
         t_start = time.time()
-        out = run.net(x)
-        loss = F.cross_entropy(out, y)
         if step % k == 0:
             run.net.zero_grad(set_to_none=False)   # (Horovod 0.28's optimizer wrapper has no set_to_none)
-        (loss / k if k > 1 else loss).backward()   # k > 1: .grad adds up the mean of k micro-batches
+        # the one micro-step (train/step.py); k > 1: .grad adds up the mean of k micro-batches
+        run.loss, run.accuracy = micro_step(run.model, x, y, net=run.net, share=k)
         if run.straggler is not None and run.worker.rank == run.straggler[0]:
             time.sleep(run.straggler[1])
         t_compute_end = time.time()
-        run.loss, run.accuracy = loss.item(), (out.argmax(1) == y).double().mean().item()
         if wanted and local is None:
             local = {n: p.grad.detach().cpu().clone() for n, p in run.model.named_parameters() if n in run.layers}
         comm = self.communicate(run, step)
@@ -279,7 +263,7 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
 def own_gradients(model, x, y, layers) -> dict[str, torch.Tensor]:
     """This rank's own gradient of ``layers``, computed on the plain model: no all-reduce happens."""
     params = [(n, p) for n, p in model.named_parameters() if n in layers]
-    grads = torch.autograd.grad(F.cross_entropy(model(x), y), [p for _, p in params])
+    grads = torch.autograd.grad(model.loss(model(x), y)[0], [p for _, p in params])
     return {n: g.detach().cpu().clone() for (n, _), g in zip(params, grads)}
 
 

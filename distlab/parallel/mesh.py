@@ -30,6 +30,7 @@ from ..data import load_digits, shard_indices
 from ..models import build_model
 from ..processes.checks import check_int
 from ..records import RankRecord
+from ..train.reduce import GradientReducer
 from . import named_mesh, stages, tensor_parallel
 from . import pipeline as pipe
 from .named_mesh import Mesh
@@ -59,14 +60,16 @@ def coordinates(ranks: torch.Tensor, rank: int) -> dict[str, int]:
 
 
 def gradient_averager(worker, mesh: Mesh, counter: dict):
-    """Lesson 07: data parallelism between the pipelines: average each gradient in the data group."""
-    group = mesh.group("data")
+    """Lesson 07: data parallelism between the pipelines: each gradient averaged in the data group, by
+    the one gradient reducer (``train.reduce``, by hand), made for the stage's parameters on first use."""
+    made = {}
 
-    def average(params) -> None:
-        for q in params.values() if isinstance(params, dict) else params:
-            if len(group) > 1:
-                counter["data"] += q.grad.numel() * q.grad.element_size()
-                worker.all_reduce(q.grad, op="avg", group=group)
+    def average(params: dict) -> None:
+        if "reducer" not in made:
+            made["reducer"] = GradientReducer(worker, params, mesh, "by_hand")
+        sent = made["reducer"].sent
+        made["reducer"].reduce()
+        counter["data"] += made["reducer"].sent - sent
     return average
 
 
@@ -121,7 +124,7 @@ def train(worker, *, data: int = 2, pipeline: int = 2, tensor: int = 1, width: i
         record = pipe.train_stage(
             worker, mesh.peers("pipeline"), model="mlp", width=width, depth=depth,
             global_batch_size=global_batch_size, micro_batches=micro_batches, schedule=schedule, chunks=1,
-            steps=steps, lr=lr, seed=seed, dtype="float32", group=mesh.group("pipeline").handle,
+            steps=steps, lr=lr, seed=seed, dtype="float32", group=mesh.group("pipeline"),
             replica=(mesh.coordinates["data"], data), average=gradient_averager(worker, mesh, counter))
         record.traffic = dict(record.traffic, data=counter["data"] // steps)
     else:
@@ -172,8 +175,8 @@ def _train_split_stages(worker, mesh: Mesh, *, width: int, global_batch_size: in
                                     chunks=1, steps=steps, lr=lr, seed=seed, dtype="float32", stage=rank,
                                     layers=layers, parameters_held=sum(q.numel() for q in params.values())),
                         shard=shard_indices(data.n_train, 0, 1, seed=seed))
-    stage = pipe.Stage([part if v == rank else None for v, part in enumerate(parts)], shapes, rank, peers,
-                       batch // m, device, mesh.group("pipeline").handle)
+    stage = pipe.Stage(worker, [part if v == rank else None for v, part in enumerate(parts)], shapes, rank, peers,
+                       batch // m, mesh.group("pipeline"))
     totals = [0]                          # tensor bytes so far, noted after each step's passes
 
     def note_and_average(params) -> None:

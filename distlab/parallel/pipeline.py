@@ -17,7 +17,7 @@ After all passes of a step each rank updates its own parameters.  Why the result
 process training the whole model: each micro-batch's loss is divided by ``m``, so the
 gradients the backward passes add up in ``.grad`` are those of the whole batch's mean loss.
 
-Sends are posted without waiting (``isend``) and completed at the end of the step: a rank
+Sends are posted without waiting (``Worker.send(..., async_op=True)``) and completed at the end of the step: a rank
 that waited for its message to be received while its neighbour waited for *its* message
 would deadlock.  Receives block, and that wait is the pipeline's bubble made visible: every
 pass, receive and send is written down with its start and end time (``record.events``), and
@@ -28,8 +28,6 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 
 from ..comm.collectives import check_torchrun
 from ..data import global_batch, load_digits, shard_indices
@@ -37,6 +35,7 @@ from ..models import DTYPES, build_model
 from ..processes.checks import check_int, check_positive
 from ..records import RankRecord
 from . import schedules, stages
+from ..train.step import backward, extra_losses, forward_loss, stage_backward
 from .loop import Done, Run, Strategy, train_steps
 
 
@@ -120,7 +119,7 @@ def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int,
                                     chunks=chunks, steps=steps, lr=lr, seed=seed, dtype=dtype, stage=rank,
                                     layers=layers, parameters_held=held),
                         shard=shard_indices(data.n_train, 0, 1, seed=seed))
-    return run_stage(worker, data, Stage(parts, shapes, rank, peers, batch // m, device, group), params, optimizer,
+    return run_stage(worker, data, Stage(worker, parts, shapes, rank, peers, batch // m, group), params, optimizer,
                      record, schedule=schedule, chunks=chunks, steps=steps, seed=seed, replica=replica,
                      global_batch_size=global_batch_size, average=average)
 
@@ -137,6 +136,23 @@ def run_stage(worker, data, stage: Stage, params: dict, optimizer, record: RankR
     strategy = PipelineSchedule(stage, schedules.schedule(schedule, p, m, chunks)[rank], m, average)
     return train_steps(run, strategy, steps, lambda step: global_batch(data.n_train, 1, global_batch_size, step,
                                                                        seed=seed)[d * batch:(d + 1) * batch])
+
+
+def stage_of(model, plan, worker, mesh, micro_batches: int, batch: int, line_piece=None):
+    """Lesson 12: this rank's stage of ``model`` (already split by the other transforms) along the mesh's
+    pipeline axis, cut where ``plan`` (``stages.plan`` on the unsplit model) says.  ``batch``: the lines this
+    pipeline trains per step.  With ``line_piece`` a rank holds only its piece of every line, so the
+    activations it passes hold that piece's tokens.  Returns the stage and the parameters it holds,
+    under the whole model's names."""
+    starts, shapes = plan
+    seq = stages.as_sequential(model)
+    parts = [seq[a:b] for a, b in zip(starts, [*starts[1:], len(seq)])]
+    if line_piece is not None:
+        shapes = [None if s is None else (len(line_piece.mine), *s[1:]) for s in shapes]
+    rank = mesh.coordinates["pipeline"]
+    stage = Stage(worker, [part if v == rank else None for v, part in enumerate(parts)], shapes, rank,
+                  mesh.peers("pipeline"), batch // micro_batches, mesh.group("pipeline"), loss=type(model).loss)
+    return stage, stages.owned_names(model, parts[rank])
 
 
 class PipelineSchedule(Strategy):
@@ -185,14 +201,15 @@ class Stage:
     None elsewhere; ``shapes[v]`` the shape of one sample's activation leaving it.
     """
 
-    def __init__(self, parts, shapes, rank: int, peers: list[int], micro_size: int, device, group=None):
-        self.parts, self.shapes, self.rank, self.p = parts, shapes, rank, len(peers)
-        self.peers, self.group = peers, group     # the global rank of each stage; their group
-        self.micro_size, self.device = micro_size, device
+    def __init__(self, worker, parts, shapes, rank: int, peers: list[int], micro_size: int, group=None, loss=None):
+        self.worker, self.parts, self.shapes, self.rank, self.p = worker, parts, shapes, rank, len(peers)
+        self.loss = loss or type(parts[rank]).loss     # the model's own loss (a function: no model kept)
+        self.peers, self.group = peers, group     # the global rank of each stage; their Group
+        self.micro_size, self.device = micro_size, worker.device
         self.sent_bytes = 0                       # activations and gradients sent, all steps
         self.dtype = next(parts[rank].parameters()).dtype
         self.last = len(parts) - 1            # the virtual stage that computes the loss
-        self.saved: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.saved: dict[tuple[int, int], tuple] = {}    # (micro, chunk) -> input, output, extra losses
         self.sending: list = []               # isend requests, completed at the end of the step
         self.events: list[dict] = []
 
@@ -201,7 +218,7 @@ class Stage:
         shape = (self.micro_size, *self.shapes[min(virtual, src_virtual)])
         buf = torch.empty(shape, dtype=self.dtype, device=self.device)
         t0 = time.time()
-        dist.recv(buf, self.peers[src_virtual % self.p], tag=tag)
+        self.worker.recv(buf, self.peers[src_virtual % self.p], tag=tag)
         self._note(step, "recv", op, t0)
         return buf
 
@@ -209,7 +226,7 @@ class Stage:
         t0 = time.time()
         tensor = tensor.contiguous()
         self.sent_bytes += tensor.numel() * tensor.element_size()
-        self.sending.append(dist.isend(tensor, self.peers[dst_virtual % self.p], tag=tag))
+        self.sending.append(self.worker.send(tensor, self.peers[dst_virtual % self.p], tag=tag, async_op=True))
         self._note(step, "send", op, t0)
 
     def _note(self, step: int, kind: str, op, t0: float) -> None:
@@ -221,14 +238,15 @@ class Stage:
         v = op.chunk * self.p + self.rank
         inp = xs[op.micro] if v == 0 else self._recv(step, op, v, v - 1, tag=2 * (v - 1)).requires_grad_()
         t0 = time.time()
-        out = self.parts[v](inp)
-        result = None
+        result, extra = None, None
         if v == self.last:          # the loss of the whole batch is the mean of the m micro-batches'
-            y = ys[op.micro]
-            loss = F.cross_entropy(out, y) / m
-            result = (loss.item(), (out.argmax(1) == y).sum().item())
-            out = loss
-        self.saved[(op.micro, op.chunk)] = (inp, out)
+            y = ys[op.micro]        # (the one micro-step's forward half, train/step.py)
+            out, loss, accuracy = forward_loss(self.parts[v], inp, y, loss=self.loss, share=m)
+            result = (loss / m, accuracy * len(y))
+        else:
+            out = self.parts[v](inp)
+            extra = extra_losses(self.parts[v])      # what its layers add to the loss (experts), now
+        self.saved[(op.micro, op.chunk)] = (inp, out, extra)
         self._note(step, "F", op, t0)
         if v != self.last:
             self._send(step, op, out.detach(), v + 1, tag=2 * v)
@@ -236,17 +254,20 @@ class Stage:
 
     def backward(self, step: int, op) -> None:
         v = op.chunk * self.p + self.rank
-        inp, out = self.saved.pop((op.micro, op.chunk))
+        inp, out, extra = self.saved.pop((op.micro, op.chunk))
         grad = None if v == self.last else self._recv(step, op, v, v + 1, tag=2 * v + 1)
         t0 = time.time()
-        out.backward(grad)           # adds this micro-batch's gradients into .grad
+        if v == self.last:
+            backward(out)            # from the loss: adds this micro-batch's gradients into .grad
+        else:
+            stage_backward(out, grad, extra, share=self.m)
         self._note(step, "B", op, t0)
         if v > 0:
             self._send(step, op, inp.grad, v - 1, tag=2 * (v - 1) + 1)
 
     def run(self, step: int, ops, xs, ys, m: int) -> tuple[float, int]:
         """One training step: the schedule's passes in order; returns (loss, correct) where known."""
-        loss, correct = 0.0, 0
+        loss, correct, self.m = 0.0, 0, m
         computes_loss = any(op.chunk * self.p + self.rank == self.last for op in ops)
         for op in ops:
             if op.kind == "F":
@@ -270,14 +291,14 @@ class Stage:
             shape = (len(x), *self.shapes[v - 1]) if v else None
             inp = x if v == 0 else torch.empty(shape, dtype=x.dtype, device=self.device)
             if v:
-                dist.recv(inp, self.peers[(v - 1) % self.p], tag=10_000 + v - 1)
+                self.worker.recv(inp, self.peers[(v - 1) % self.p], tag=10_000 + v - 1)
             out = self.parts[v](inp)
             if v != self.last:
-                dist.send(out.contiguous(), self.peers[(v + 1) % self.p], tag=10_000 + v)
+                self.worker.send(out, self.peers[(v + 1) % self.p], tag=10_000 + v)
         accuracy = torch.zeros(1, dtype=torch.float64, device=self.device)
         if self.last % self.p == self.rank:
-            accuracy[0] = (out.argmax(1) == y).double().mean()
-        dist.broadcast(accuracy, self.peers[self.last % self.p], group=self.group)
+            accuracy[0] = self.loss(out, y)[1]
+        self.worker.broadcast(accuracy, self.peers[self.last % self.p], group=self.group)
         for part in mine:
             part.train()
         return accuracy.item()

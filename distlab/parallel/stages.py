@@ -29,19 +29,23 @@ def weighted_layers(model: nn.Sequential) -> list[int]:
 def layer_costs(model: nn.Sequential, sample: torch.Tensor) -> list[int]:
     """Lesson 06: multiply-adds of each layer for one sample (0 for layers without weights).
 
-    A linear layer does one per weight; a convolution one per weight per output position.
+    A linear layer does one per weight for every vector it is applied to (one for a digit, one per
+    token for lesson 12's transformer); a convolution one per weight per output position.  A layer made
+    of layers (a transformer block) does what its linear layers and convolutions do together.
     """
     costs, x = [], sample[:1]
     with torch.no_grad():
         for layer in model:
+            done = []
+
+            def count(module, args, out, done=done):
+                per = out.shape[-1] * out.shape[-2] if isinstance(module, nn.Conv2d) else out.numel() // out.shape[-1]
+                done.append(module.weight.numel() * per)
+            hooks = [m.register_forward_hook(count) for m in layer.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
             x = layer(x)
-            weight = getattr(layer, "weight", None)
-            if weight is None:
-                costs.append(0)
-            elif isinstance(layer, nn.Conv2d):
-                costs.append(weight.numel() * x.shape[-1] * x.shape[-2])
-            else:
-                costs.append(weight.numel())
+            for h in hooks:
+                h.remove()
+            costs.append(sum(done))
     return costs
 
 
@@ -85,7 +89,7 @@ def boundary_shapes(parts: list[nn.Sequential], sample: torch.Tensor) -> list[tu
     with torch.no_grad():
         for part in parts:
             x = part(x)
-            shapes.append(tuple(x.shape[1:]))
+            shapes.append(tuple(x.shape[1:]) if isinstance(x, torch.Tensor) else None)   # (the last: the loss's)
     return shapes
 
 
@@ -94,3 +98,18 @@ def owned_names(model: nn.Sequential, part: nn.Sequential) -> dict[str, nn.Param
     so that the stages' records put back together give the whole model's parameters."""
     mine = {id(p) for p in part.parameters()}
     return {n: p for n, p in model.named_parameters() if id(p) in mine}
+
+
+def as_sequential(model: nn.Module) -> nn.Sequential:
+    """Lesson 06: the model as the run of pieces a pipeline cuts: an ``nn.Sequential`` as it is; any other
+    model by its ``pieces()`` (lesson 12's transformer: the embedding, each block, the read-out)."""
+    return model if isinstance(model, nn.Sequential) else nn.Sequential(*model.pieces())
+
+
+def plan(model: nn.Module, stages: int, sample: torch.Tensor) -> tuple[list[int], list]:
+    """Lesson 06: where each of ``stages`` stages starts in ``as_sequential(model)``, balancing the work, and
+    the shape of one sample's activation leaving each (what a rank receives): made on the model before it
+    is split in any other way, so that running the sample through it needs no other rank."""
+    seq = as_sequential(model)
+    starts = cut_points(seq, stages, sample)
+    return starts, boundary_shapes([seq[a:b] for a, b in zip(starts, [*starts[1:], len(seq)])], sample)

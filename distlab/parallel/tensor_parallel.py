@@ -35,6 +35,8 @@ from ..data import global_batch
 from ..models import build_model, count_parameters
 from ..processes.checks import check_int
 from ..records import RankRecord
+from ..train.reduce import GradientReducer
+from ..train.step import make_optimizer
 from .loop import Strategy, check_settings, start, train_steps
 from .named_mesh import Mesh
 
@@ -147,7 +149,7 @@ def parallel_mlp(whole: nn.Sequential, worker, group, traffic: Traffic) -> nn.Se
     layers = OrderedDict(whole.named_children())
     layers["fc2"] = ColumnParallelLinear(whole.fc2, worker, group, traffic)
     layers["fc3"] = RowParallelLinear(whole.fc3, worker, group, traffic)
-    return nn.Sequential(layers)
+    return type(whole)(layers)
 
 
 def merge_params(per_rank: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -193,12 +195,10 @@ class SplitBlock(Strategy):
         """Note this step's tensor bytes (they went inside the passes); average across replicas."""
         before = {k: sum(s[k] for s in self.per_step) for k in self.traffic.bytes}
         self.per_step.append({k: v - before[k] for k, v in self.traffic.bytes.items()})
-        data = self.mesh.group("data")
-        if len(data) > 1:
-            self.data_bytes = 0
-            for p in run.model.parameters():
-                self.data_bytes += p.grad.numel() * p.grad.element_size()
-                self.worker.all_reduce(p.grad, op="avg", group=data)
+        if self.mesh.size("data") > 1:              # the one gradient reducer (train.reduce), by hand
+            sent = self.reducer.sent
+            self.reducer.reduce()
+            self.data_bytes = self.reducer.sent - sent
         return None
 
     def prepare(self, run) -> None:
@@ -211,7 +211,8 @@ class SplitBlock(Strategy):
         else:
             run.model = parallel_mlp(run.model, self.worker, tensor, self.traffic)
         run.net = run.model
-        run.optimizer = torch.optim.SGD(run.model.parameters(), lr=run.optimizer.param_groups[0]["lr"])
+        run.optimizer = make_optimizer("sgd", run.model.parameters(), run.optimizer.param_groups[0]["lr"])
+        self.reducer = GradientReducer(self.worker, dict(run.model.named_parameters()), self.mesh, "by_hand")
 
 
 def check_backend(name: str, backend: str, device: str, use_torch: bool = False) -> None:

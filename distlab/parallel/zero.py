@@ -42,13 +42,13 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.distributed as dist
 
 from ..comm.collectives import check_torchrun
 from ..measure.memory_held import held_bytes
 from .data_parallel import per_rank_batch, validate_args
 from ..data import rank_batch
-from .loop import Run, Strategy, make_optimizer, start, train_steps
+from ..train.step import make_optimizer
+from .loop import Run, Strategy, start, train_steps
 
 STAGES = (0, 1, 2)
 
@@ -87,7 +87,7 @@ class ShardedOptimizer(Strategy):
             for p, view in zip(params, views(self.flat, params)):   # the parameters become views of it
                 view.copy_(p)
                 p.data = view
-        dist.broadcast(self.flat, src=0)             # start from rank 0's parameters, as DDP does
+        self.worker.broadcast(self.flat, src=0)      # start from rank 0's parameters, as DDP does
         self.mine = slice(r * self.size, (r + 1) * self.size) if self.stage else slice(None)
         self.shard = self.flat.detach()[self.mine]     # my slice of the parameters (a view: no copy)
         if self.stage < 2:                             # stages 0 and 1 keep a full gradient buffer
@@ -99,20 +99,17 @@ class ShardedOptimizer(Strategy):
     def communicate(self, run: Run, step: int) -> tuple[float, float]:
         """Reduce-scatter: my shard of everyone's summed gradient, averaged."""
         start_t = time.time()
-        received = torch.empty_like(self.shard) if self.stage else None
         if self.stage == 0:                            # everyone gets the whole sum
-            grad = self.flat_grad
-            dist.all_reduce(grad)
+            grad = self.worker.all_reduce(self.flat_grad)
         elif self.stage == 1:
-            dist.reduce_scatter_tensor(received, self.flat_grad)
+            received = self.worker.reduce_scatter(self.flat_grad)
             grad = self.flat_grad[self.mine].copy_(received)   # (the others' slices are stale now)
         else:                                          # stage 2: backward made full gradients...
             params = list(run.model.parameters())
             padding = self.flat.new_zeros(self.flat.numel() - sum(p.numel() for p in params))
-            dist.reduce_scatter_tensor(received, torch.cat([p.grad.flatten() for p in params] + [padding]))
+            grad = self.worker.reduce_scatter(torch.cat([p.grad.flatten() for p in params] + [padding]))
             for p in params:                           # ...and they go: only my shard's stays
                 p.grad = None
-            grad = received
         self.shard.grad = grad.div_(self.worker.world_size)
         return start_t, time.time()
 
@@ -120,7 +117,7 @@ class ShardedOptimizer(Strategy):
         """Update my shard, then all-gather the shards into everyone's parameters."""
         run.optimizer.step()
         if self.stage:                                 # (stage 0 updated everything itself)
-            dist.all_gather_into_tensor(self.flat, self.shard.clone())
+            self.flat.copy_(torch.cat(self.worker.all_gather(self.shard)))
         self.held = held_bytes(run.model, run.optimizer)   # what this rank holds between steps
 
 
@@ -136,11 +133,11 @@ class OverlappedStage2(Strategy):
         self.params = list(run.model.parameters())
         with torch.no_grad():
             for p in self.params:                      # start from rank 0's parameters, as DDP does
-                dist.broadcast(p.data, src=0)
+                self.worker.broadcast(p.data, src=0)
         self.size = [-(-p.numel() // n) for p in self.params]           # each parameter's piece, padded
         # my piece of each parameter: a view, so the optimizer's update lands in the parameter
         self.shards = [p.detach().view(-1)[r * c:(r + 1) * c] for p, c in zip(self.params, self.size)]
-        self.pending: dict = {}             # parameter's position -> (my piece, its input, the work)
+        self.pending: dict = {}             # parameter's position -> its reduce-scatter in flight (a Pending)
         self.position = {id(p): i for i, p in enumerate(self.params)}
         for p in self.params:
             p.register_post_accumulate_grad_hook(self._reduce_scatter)
@@ -152,9 +149,7 @@ class OverlappedStage2(Strategy):
         n, c = self.worker.world_size, self.size[i]
         padded = torch.zeros(n * c, dtype=p.dtype, device=p.device)
         padded[:p.numel()] = p.grad.view(-1)
-        mine = torch.empty(c, dtype=p.dtype, device=p.device)
-        work = dist.reduce_scatter_tensor(mine, padded, async_op=True)
-        self.pending[i] = (mine, padded, work)     # padded: alive until the work is done
+        self.pending[i] = self.worker.reduce_scatter(padded, async_op=True)   # my piece, when waited for
         p.grad = None                                  # the full gradient goes now, not after backward
         self.started = self.started or time.time()
 
@@ -164,19 +159,16 @@ class OverlappedStage2(Strategy):
     def communicate(self, run: Run, step: int) -> tuple[float, float]:
         """Wait for what backward started; hand each shard its averaged gradient."""
         for i, shard in enumerate(self.shards):
-            mine, _, work = self.pending.pop(i)
-            work.wait()
+            mine = self.pending.pop(i).wait()
             shard.grad = mine[:shard.numel()].div_(self.worker.world_size)
         return self.started, time.time()
 
     def update(self, run: Run, step: int) -> None:
         run.optimizer.step()
-        n = self.worker.world_size
         for p, shard, c in zip(self.params, self.shards, self.size):
             mine = torch.zeros(c, dtype=p.dtype, device=p.device)
             mine[:shard.numel()] = shard
-            whole = torch.empty(n * c, dtype=p.dtype, device=p.device)
-            dist.all_gather_into_tensor(whole, mine)
+            whole = torch.cat(self.worker.all_gather(mine))
             with torch.no_grad():
                 p.view(-1).copy_(whole[:p.numel()])
         self.held = held_bytes(run.model, run.optimizer)

@@ -7,7 +7,8 @@
 - ``diagnosis``       who broke a job and how: the one diagnosis for launch, ``distlab run`` and the monitor (lesson 10)
 - ``rank``            the program each rank runs (joins once, then runs job after job)
 - ``worker``          the ``Worker`` interface every training function receives
-- ``torch_backend``   torchrun and torch.distributed behind that interface (lesson 01)
+- ``torch_backend``   torchrun: starting its ranks (lesson 01); ``torch_worker`` torch.distributed's
+                      collectives behind ``Worker`` (async too, lesson 08)
 - ``horovod_backend`` Horovod behind the same interface (lesson 02); ``horovod_driver`` starts it
 - ``progress``        a progress bar per rank (widgets in a notebook, lines in a terminal)
 - ``cores``           a core of its own for each CPU rank, and when not to (lesson 02)

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from .worker import DEFAULT_TIMEOUT, Group, Worker, check_members
+from .worker import DEFAULT_TIMEOUT, Group, Pending, Worker, check_members
 
 # Horovod's collectives need every rank of a job; it has no send/recv (lesson 06's pipeline).
 NO_POINT_TO_POINT = ("Horovod has no point-to-point send/recv (only collectives): "
@@ -31,35 +31,40 @@ class HorovodWorker(Worker):
                          timeout, run_dir)
         self.hvd = hvd
 
-    def all_reduce(self, tensor, op="sum", group=None):
+    def _finish(self, handle, what: str, then, async_op: bool):
+        """Wait for Horovod's ``handle`` (with the job's timeout), then ``then(result)``: at once, or
+        when the caller waits for the ``Pending`` it is handed (lesson 08)."""
+        def finish():
+            return then(None if handle is None else self._wait(handle, what))
+        return Pending(finish) if async_op else finish()
+
+    def all_reduce(self, tensor, op="sum", group=None, async_op=False):
         self.check_op(op)
         hvd = self.hvd
-        if self.alone(group):
-            return tensor
-        self._wait(hvd.allreduce_async_(tensor, op=hvd.Sum if op == "sum" else hvd.Average,
-                                        process_set=self._set(group)), "all_reduce")
-        return tensor
+        handle = None if self.alone(group) else hvd.allreduce_async_(
+            tensor, op=hvd.Sum if op == "sum" else hvd.Average, process_set=self._set(group))
+        return self._finish(handle, "all_reduce", lambda _: tensor, async_op)
 
-    def broadcast(self, tensor, src=0, group=None):
-        if not self.alone(group):
-            self._wait(self.hvd.broadcast_async_(tensor, root_rank=src, process_set=self._set(group)), "broadcast")
-        return tensor
+    def broadcast(self, tensor, src=0, group=None, async_op=False):
+        handle = None if self.alone(group) else self.hvd.broadcast_async_(tensor, root_rank=src,
+                                                                           process_set=self._set(group))
+        return self._finish(handle, "broadcast", lambda _: tensor, async_op)
 
-    def all_gather(self, tensor, group=None):
+    def all_gather(self, tensor, group=None, async_op=False):
         if self.alone(group):
-            return [tensor.clone()]
+            return self._finish(None, "all_gather", lambda _: [tensor.clone()], async_op)
         handle = self.hvd.allgather_async(tensor.unsqueeze(0), process_set=self._set(group))
-        return list(self._wait(handle, "all_gather").unbind(0))
+        return self._finish(handle, "all_gather", lambda out: list(out.unbind(0)), async_op)
 
-    def reduce_scatter(self, tensor, op="sum", group=None):
+    def reduce_scatter(self, tensor, op="sum", group=None, async_op=False):
         self.check_op(op)
         n = self.pieces(tensor, group)
         if n == 1:
-            return tensor.clone()
+            return self._finish(None, "reduce_scatter", lambda _: tensor.clone(), async_op)
         hvd = self.hvd
         handle = hvd.reducescatter_async(tensor.contiguous(), op=hvd.Sum if op == "sum" else hvd.Average,
                                          process_set=self._set(group))
-        return self._wait(handle, "reduce_scatter")
+        return self._finish(handle, "reduce_scatter", lambda out: out, async_op)
 
     def all_to_all(self, tensor, group=None):
         n = self.pieces(tensor, group)             # equal pieces: the uneven exchange's simplest case
@@ -76,10 +81,13 @@ class HorovodWorker(Worker):
             raise RuntimeError(f"all_to_all_v: {out.shape[0]} rows arrived, {sum(recv_counts)} were announced")
         return out
 
-    def send(self, tensor, dst):
+    def send(self, tensor, dst, tag=0, async_op=False):
         raise RuntimeError(NO_POINT_TO_POINT)
 
-    def recv(self, tensor, src):
+    def recv(self, tensor, src, tag=0, async_op=False):
+        raise RuntimeError(NO_POINT_TO_POINT)
+
+    def recv_any(self, tensor):
         raise RuntimeError(NO_POINT_TO_POINT)
 
     def exchange(self, outgoing, dst, incoming, src):

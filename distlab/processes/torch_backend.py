@@ -9,7 +9,8 @@ Introduced in lesson 01.  Two halves, one on each side of the process boundary:
   inside a process that has imported PyTorch and distlab once (``main`` below), and asks it to
   *fork* the ranks from itself: they start with everything imported (lesson 00 measures it);
 * in each rank, ``start_worker`` joins the process group (torchrun passes RANK, WORLD_SIZE,
-  LOCAL_RANK, MASTER_ADDR and MASTER_PORT in the environment) and returns a ``TorchWorker``.
+  LOCAL_RANK, MASTER_ADDR and MASTER_PORT in the environment) and returns a ``TorchWorker``
+  (``torch_worker``: the collectives).
 """
 from __future__ import annotations
 
@@ -22,125 +23,11 @@ import threading
 import time
 from datetime import timedelta
 
-import torch
 import torch.distributed as dist
 
 from .jobs import Job
-from .worker import DEFAULT_TIMEOUT, Group, Worker, check_members, choose_device, torch_device
-
-NAME = "torchrun"
-
-
-def comm_library(device: str) -> str:
-    """NCCL between GPUs, gloo between CPU processes."""
-    return "nccl" if device == "cuda" else "gloo"
-
-
-def _pg(group):
-    """The torch.distributed process group of a ``Group`` (None: the whole job)."""
-    return None if group is None else group.handle
-
-
-class TorchWorker(Worker):
-    """``Worker`` on ``torch.distributed`` (gloo or NCCL)."""
-
-    backend = NAME
-
-    def all_reduce(self, tensor, op="sum", group=None):
-        self.check_op(op)
-        if not self.alone(group):
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=_pg(group))   # gloo has no AVG: sum, then divide
-        if op == "avg":
-            tensor.div_(len(self.members(group)))
-        return tensor
-
-    def broadcast(self, tensor, src=0, group=None):
-        if not self.alone(group):
-            dist.broadcast(tensor, src=src, group=_pg(group))
-        return tensor
-
-    def all_gather(self, tensor, group=None):
-        if self.alone(group):
-            return [tensor.clone()]
-        out = [torch.empty_like(tensor) for _ in self.members(group)]
-        dist.all_gather(out, tensor.contiguous(), group=_pg(group))
-        return out
-
-    def reduce_scatter(self, tensor, op="sum", group=None):
-        self.check_op(op)
-        n = self.pieces(tensor, group)
-        out = tensor.chunk(n)[self.members(group).index(self.rank)].clone()
-        if n > 1:
-            dist.reduce_scatter_tensor(out, tensor.contiguous(), op=dist.ReduceOp.SUM, group=_pg(group))
-        return out.div_(n) if op == "avg" else out
-
-    def all_to_all(self, tensor, group=None):
-        n = self.pieces(tensor, group)             # equal pieces: the uneven exchange's simplest case
-        return self.all_to_all_v(tensor, [len(tensor) // n] * n, [len(tensor) // n] * n, group)
-
-    def all_to_all_v(self, tensor, send_counts, recv_counts, group=None):
-        if self.alone(group):
-            return tensor.clone()
-        out = tensor.new_empty((sum(recv_counts), *tensor.shape[1:]))
-        dist.all_to_all_single(out, tensor.contiguous(), list(recv_counts), list(send_counts), group=_pg(group))
-        return out
-
-    def send(self, tensor, dst):
-        dist.isend(tensor.contiguous(), dst).wait(timedelta(seconds=self.timeout))
-
-    def recv(self, tensor, src):
-        dist.irecv(tensor, src).wait(timedelta(seconds=self.timeout))
-        return tensor
-
-    def exchange(self, outgoing, dst, incoming, src):
-        pairs = zip(outgoing, dst, incoming, src) if isinstance(outgoing, list) else [(outgoing, dst, incoming, src)]
-        for work in [w for o, d, i, s in pairs for w in (dist.isend(o.contiguous(), d), dist.irecv(i, s))]:
-            work.wait(timedelta(seconds=self.timeout))
-        return incoming
-
-    def barrier(self):
-        dist.barrier()
-
-    def new_group(self, ranks):
-        ranks = check_members(ranks, self.world_size)
-        if len(ranks) == self.world_size:
-            return Group(ranks, dist.group.WORLD)
-        handle = dist.new_group(list(ranks), timeout=timedelta(seconds=self.timeout))
-        return Group(ranks, handle if self.rank in ranks else None)
-
-    def mesh_groups(self, layout, names):
-        """Lesson 07: PyTorch's own ``DeviceMesh`` (``init_device_mesh``) makes the groups of the
-        axes longer than one rank, each with the job's timeout; an axis of one rank needs none."""
-        from torch.distributed.device_mesh import init_device_mesh
-
-        where = (layout == self.rank).nonzero()[0].tolist()
-        mine = {name: Group((self.rank,)) for name, size in zip(names, layout.shape) if size == 1}
-        wide = [(axis, name) for axis, name in enumerate(names) if layout.shape[axis] > 1]
-        if not wide:
-            return mine, None
-        options = (dist.ProcessGroupNCCL.Options() if self.device.type == "cuda"
-                   else dist.ProcessGroupGloo._Options())
-        options._timeout = timedelta(seconds=self.timeout)
-        device_mesh = init_device_mesh(
-            self.device.type, tuple(layout.shape[a] for a, _ in wide), mesh_dim_names=tuple(n for _, n in wide),
-            backend_override={n: options for _, n in wide})
-        for axis, name in wide:
-            index = list(where)
-            index[axis] = slice(None)
-            mine[name] = Group(tuple(layout[tuple(index)].tolist()), device_mesh.get_group(name))
-        return mine, device_mesh
-
-    def data_parallel(self, model, optimizer):
-        """DistributedDataParallel: it broadcasts rank 0's parameters when it is built, then
-        all-reduces gradients in buckets while ``backward`` is still running."""
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        cuda = self.device.type == "cuda"
-        return DDP(model, device_ids=[self.device.index] if cuda else None), optimizer
-
-    def stop(self):
-        if dist.is_initialized():
-            dist.destroy_process_group()
+from .torch_worker import NAME, TorchWorker, comm_library
+from .worker import DEFAULT_TIMEOUT, choose_device, torch_device
 
 
 def start_worker(device: str = "auto", timeout: float = DEFAULT_TIMEOUT,

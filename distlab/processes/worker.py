@@ -4,14 +4,15 @@ Introduced in lesson 01.  Every training function in distlab receives one ``Work
 module is the *interface*; each launch backend implements it in a module of its own:
 
 =====================  ==========================================  ====================================
-``Worker``             ``torch_backend.TorchWorker`` (torchrun)     ``horovod_worker.HorovodWorker``
+``Worker``             ``torch_worker.TorchWorker`` (torchrun)     ``horovod_worker.HorovodWorker``
 =====================  ==========================================  ====================================
 ``all_reduce``         ``dist.all_reduce`` (sum, then divide)      ``hvd.allreduce_async_``
 ``broadcast``          ``dist.broadcast``                          ``hvd.broadcast_async_``
 ``all_gather``         ``dist.all_gather``                         ``hvd.allgather_async``
 ``reduce_scatter``     ``dist.reduce_scatter_tensor``              ``hvd.reducescatter_async``
 ``all_to_all``         ``dist.all_to_all_single``                  ``hvd.alltoall_async``
-``send``/``recv``      ``dist.isend``/``dist.irecv``               none: Horovod has no point-to-point
+``send``/``recv``      ``dist.isend``/``dist.irecv`` (with tags)   none: Horovod has no point-to-point
+``recv_any``           ``dist.irecv`` from any rank                none
 ``exchange``           ``dist.isend`` and ``dist.irecv`` at once    none (lesson 12's ring needs it)
 ``new_group``          ``dist.new_group``                          ``hvd.add_process_set``
 ``barrier``            ``dist.barrier``                            an all-reduce of nothing
@@ -33,6 +34,12 @@ torchrun a group is a torch.distributed process group, on Horovod a *process set
 
 Every collective has a timeout (``timeout`` seconds, 60 by default): a rank that never
 arrives makes the others fail with an error instead of waiting forever.
+
+Asynchronous operations: ``all_reduce``, ``broadcast``, ``all_gather``, ``reduce_scatter``, ``send``
+and ``recv`` take ``async_op=True`` and then return at once with a ``Pending``, whose ``wait()``
+finishes the operation (with the same timeout) and returns what the blocking call would have.
+Between the two the rank computes while the bytes travel: the overlap that bucketed gradient
+averaging (lesson 08's ZeRO-2, and the later time levers) is made of.
 """
 from __future__ import annotations
 
@@ -104,6 +111,19 @@ class Group:
         return self.ranks.index(rank)
 
 
+class Pending:
+    """Lesson 08: an operation in flight.  ``wait()`` finishes it (with the job's timeout) and returns
+    what the blocking call returns; waiting twice returns the same result without waiting again."""
+
+    def __init__(self, finish):
+        self._finish, self._done, self._result = finish, False, None
+
+    def wait(self):
+        if not self._done:
+            self._result, self._done = self._finish(), True
+        return self._result
+
+
 def check_members(ranks, world_size: int) -> tuple[int, ...]:
     """Lesson 07: a group's ranks: distinct ranks of the job, returned sorted."""
     ranks = tuple(sorted(int(r) for r in ranks))
@@ -136,19 +156,23 @@ class Worker:
 
     # -- the collectives: every rank of the group must call them, in the same order -----------
     # ``group=None`` means every rank of the job; ranks (``src``, ``dst``) are ranks of the job.
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", group: Group | None = None) -> torch.Tensor:
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", group: Group | None = None,
+                   async_op: bool = False) -> torch.Tensor:
         """Combine ``tensor`` across the group in place; ``op`` is ``"sum"`` or ``"avg"``."""
         raise NotImplementedError
 
-    def broadcast(self, tensor: torch.Tensor, src: int = 0, group: Group | None = None) -> torch.Tensor:
+    def broadcast(self, tensor: torch.Tensor, src: int = 0, group: Group | None = None,
+                  async_op: bool = False) -> torch.Tensor:
         """Overwrite ``tensor`` on every rank of the group with rank ``src``'s copy."""
         raise NotImplementedError
 
-    def all_gather(self, tensor: torch.Tensor, group: Group | None = None) -> list[torch.Tensor]:
+    def all_gather(self, tensor: torch.Tensor, group: Group | None = None,
+                   async_op: bool = False) -> list[torch.Tensor]:
         """Every group member's ``tensor`` (same shape on every rank), in rank order."""
         raise NotImplementedError
 
-    def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum", group: Group | None = None) -> torch.Tensor:
+    def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum", group: Group | None = None,
+                       async_op: bool = False) -> torch.Tensor:
         """Lesson 03's first half: combine ``tensor`` across the group and keep only this rank's
         share: cut along dim 0 into ``len(group)`` equal pieces, the ``i``-th member keeps piece ``i``."""
         raise NotImplementedError
@@ -165,12 +189,18 @@ class Worker:
         tokens a rank routes to each other rank's experts changes every step."""
         raise NotImplementedError
 
-    def send(self, tensor: torch.Tensor, dst: int) -> None:
-        """Point-to-point: send ``tensor`` to rank ``dst`` (waits until it has been taken)."""
+    def send(self, tensor: torch.Tensor, dst: int, tag: int = 0, async_op: bool = False) -> None:
+        """Lesson 06: send ``tensor`` to rank ``dst`` (waits until it has been taken).  ``tag`` tells
+        apart messages between the same two ranks (a pipeline's activations from its gradients)."""
         raise NotImplementedError
 
-    def recv(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
-        """Point-to-point: fill ``tensor`` with what rank ``src`` sends."""
+    def recv(self, tensor: torch.Tensor, src: int, tag: int = 0, async_op: bool = False) -> torch.Tensor:
+        """Lesson 06: fill ``tensor`` with what rank ``src`` sends with ``tag``."""
+        raise NotImplementedError
+
+    def recv_any(self, tensor: torch.Tensor) -> int:
+        """Lesson 04: fill ``tensor`` with the first message any rank sends; returns the sender
+        (asynchronous SGD's server answers whichever worker pushed first)."""
         raise NotImplementedError
 
     def exchange(self, outgoing: torch.Tensor, dst: int, incoming: torch.Tensor, src: int) -> torch.Tensor:
@@ -229,6 +259,13 @@ class Worker:
 
     def wait(self, optimizer) -> None:
         """Wait (with the timeout) for the communication the wrapper started in ``backward``."""
+
+    def synchronize(self) -> None:
+        """Lesson 05: wait for the work queued on this rank's GPU, so that a clock read next times the
+        work, not its queueing (a GPU runs kernels after the Python that launched them has moved on).
+        Nothing to wait for on a CPU."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def stop(self) -> None:
         """Leave the job cleanly (called once, at the end of the rank's life)."""

@@ -32,7 +32,9 @@ import time
 import torch
 
 from ..parallel.tensor_parallel import Traffic
+from ..train.reduce import mark
 from .sequence_parallel import gather_line
+from .transformer import SEES_WHOLE_LINE
 
 SPLITS = ("contiguous", "zigzag")
 ATTENTION = ("all_gather", "ring")
@@ -156,7 +158,7 @@ class Piece:
 
     # -- the read-out needs the whole line -------------------------------------------------------
     def whole_line(self, x: torch.Tensor) -> torch.Tensor:
-        """Every rank's tokens, gathered and put back in line order (``LineReader.forward`` calls it)."""
+        """Every rank's tokens, gathered and put back in line order (``transformer.ReadOut`` calls it)."""
         return _WholeLine.apply(x, self) if self.size > 1 else x
 
 
@@ -165,13 +167,26 @@ def split_line(model, worker, group, tokens: int, split: str = "contiguous", att
     piece = Piece(worker, group, tokens, split, attention)
     if tokens > model.cfg.positions:
         raise ValueError(f"a line of {tokens} tokens is longer than the model's {model.cfg.positions} positions")
-    model.piece = piece
-    for block in model.blocks:
-        block.attn.piece = piece
+    model.set_piece(piece)
     return piece
 
 
-def sum_token_grads(model, piece: Piece, whole=("digit_head", "check_head"), split=()) -> None:
+def parallelize(model, layout) -> None:
+    """Lesson 12: the context axis's transform of the one model (``parallelize.transforms``): the line cut
+    across the mesh's context group (``split``: contiguous or zig-zag; ``attention``: ring or all-gather),
+    so every parameter but the read-out heads (which see the gathered line) holds a part of its gradient
+    per context rank."""
+    mesh, spec = layout.mesh, layout.spec.parallel
+    if mesh.size("context") == 1:
+        return
+    layout.piece = layout.line_piece = split_line(model, layout.worker, mesh.group("context"), model.cfg.positions,
+                                                  spec.split, spec.attention)
+    for name, p in model.named_parameters():
+        if not name.startswith(SEES_WHOLE_LINE):
+            mark(p, add=("context",))
+
+
+def sum_token_grads(model, piece: Piece, whole=("head.digits", "head.check"), split=()) -> None:
     """Lesson 12: after backward, sum over the piece's group the gradient of every parameter that saw
     only this rank's tokens: all but the read-out heads (``whole``: they saw the whole gathered line)
     and, under sequence parallelism, the tensor-parallel slices (``split``: names ending so, which saw

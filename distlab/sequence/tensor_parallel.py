@@ -23,7 +23,8 @@ from torch import nn
 
 from ..parallel.tensor_parallel import Traffic, copy_to_slices, sum_partials
 from .sequence_parallel import gather_line, scatter_line
-from .transformer import MLP, Attention, LineReader
+from ..train.reduce import mark
+from .transformer import MLP, SEES_WHOLE_LINE, Attention, LineReader
 
 # how each split parameter is cut (the dimension its slices are laid along); the rest is whole everywhere
 SPLIT = {"attn.q.weight": 0, "attn.q.bias": 0, "attn.k.weight": 0,
@@ -107,8 +108,33 @@ def split_model(model: LineReader, worker, group, traffic: Traffic, sequence_par
     check_heads(cfg.heads, cfg.mlp_ratio * cfg.d_model, len(group))
     for block in model.blocks:
         block.attn = HeadsAttention(block.attn, worker, group, traffic, sequence_parallel)
-        block.mlp = UnitsMLP(block.mlp, worker, group, traffic, sequence_parallel)
+        if isinstance(block.mlp, MLP):      # (a mixture of experts stays whole: its experts spread instead)
+            block.mlp = UnitsMLP(block.mlp, worker, group, traffic, sequence_parallel)
     return model
+
+
+def parallelize(model: LineReader, layout) -> None:
+    """Lesson 12: the tensor axis's transform of the one model (``parallelize.transforms``): every block
+    split across the mesh's tensor group, by hand or with PyTorch's ``parallelize_module``; with sequence
+    parallelism the line between the split regions is cut across the same ranks, so every parameter that
+    is not split and not in the read-out heads now holds a part of its gradient per tensor rank."""
+    mesh, spec, worker = layout.mesh, layout.spec.parallel, layout.worker
+    if mesh.size("tensor") == 1:
+        return
+    group = mesh.group("tensor")
+    if spec.use_torch:
+        split_model_with_torch(model, mesh.device_mesh["tensor"], spec.sequence_parallel)
+    else:
+        split_model(model, worker, group, layout.traffic, spec.sequence_parallel)
+    if spec.sequence_parallel:
+        from .context_parallel import Piece
+
+        layout.line_piece = Piece(worker, group, model.cfg.positions, "contiguous")
+        model.set_piece(layout.line_piece, attention=False)
+        for name, p in model.named_parameters():
+            if not hasattr(p, "placements") and not name.startswith(SEES_WHOLE_LINE) and not name.endswith(
+                    tuple(SPLIT)):
+                mark(p, add=("tensor",))
 
 
 def merge_params(per_rank: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -145,7 +145,7 @@ def _run(worker, *, d_model, heads, layers, digits, global_batch_size, steps, lr
             traffic = Traffic()
             tp.split_model(model, worker, mesh.group("tensor"), traffic, sequence_parallel)
         if sequence_parallel:       # the line between the split regions: contiguous pieces of the tensor group
-            model.piece = cp.Piece(worker, mesh.group("tensor"), digits * 16, "contiguous")
+            model.set_piece(cp.Piece(worker, mesh.group("tensor"), digits * 16, "contiguous"), attention=False)
         if mesh.size("context") > 1:
             piece = cp.split_line(model, worker, mesh.group("context"), digits * 16, split, attention)
         replicas = mesh.size("data")

@@ -122,42 +122,96 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+# the parameters that see the whole line even when a rank holds a piece of it (the read-out gathers it)
+SEES_WHOLE_LINE = ("head.digits.", "head.check.")
+
+
+class Embed(nn.Module):
+    """Lesson 12: each token's pixels to the model's width, plus its position's embedding: the stack's
+    first piece.  Split along the line (``piece``: context or sequence parallelism), a rank embeds only
+    its own tokens."""
+
+    piece = None
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.positions = cfg.positions
+        self.proj = nn.Linear(PIXELS_PER_TOKEN, cfg.d_model)
+        self.pos = nn.Embedding(cfg.positions, cfg.d_model)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.shape[1]
+        if t > self.positions:
+            raise ValueError(f"a line of {t} tokens is longer than the model's {self.positions} positions "
+                             f"(max_digits={self.positions // TOKENS_PER_DIGIT})")
+        if self.piece is not None and t != self.piece.tokens:
+            raise ValueError(f"this model was split for lines of {self.piece.tokens} tokens, not {t}")
+        where = (torch.arange(t) if self.piece is None else self.piece.mine).to(tokens.device)   # my tokens
+        return self.proj(tokens[:, where]) + self.pos(where)
+
+
+class ReadOut(nn.Module):
+    """Lesson 12: the last LayerNorm, then each digit's reading and the line's check: the stack's last
+    piece.  It needs the whole line, so a rank holding a piece gathers it first (``piece.whole_line``)."""
+
+    piece = None
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.causal = cfg.causal
+        self.ln = nn.LayerNorm(cfg.d_model)
+        self.digits = nn.Linear(cfg.d_model, 10)
+        self.check = nn.Linear(cfg.d_model, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.ln(x)
+        x = x if self.piece is None else self.piece.whole_line(x)
+        b, t, d = x.shape
+        per_digit = x.view(b, t // TOKENS_PER_DIGIT, TOKENS_PER_DIGIT, d)
+        # causal: only a digit's last token has seen all of it
+        digits = per_digit[:, :, -1] if self.causal else per_digit.mean(dim=2)
+        return self.digits(digits), self.check(digits[:, -1])
+
+
 class LineReader(nn.Module):
     """Lesson 12: tokens (batch, k * 16, 4) in; each digit's logits (batch, k, 10) and the line's
-    valid/invalid logits (batch, 2) out."""
+    valid/invalid logits (batch, 2) out.  A stack of pieces, ``embed``, the blocks, ``head`` (the read-out),
+    each taking the previous one's output: what a pipeline cuts into stages (``pieces``)."""
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Linear(PIXELS_PER_TOKEN, cfg.d_model)
-        self.pos = nn.Embedding(cfg.positions, cfg.d_model)
+        self.embed = Embed(cfg)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
-        self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.digit_head = nn.Linear(cfg.d_model, 10)
-        self.check_head = nn.Linear(cfg.d_model, 2)
-        self.piece = None   # context parallelism (context_parallel.split_line): this rank's piece
+        self.head = ReadOut(cfg)
+
+    def pieces(self) -> list[nn.Module]:
+        """Lesson 06's view of the model: its pieces in order (a pipeline stage holds a run of them)."""
+        return [self.embed, *self.blocks, self.head]
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t, _ = tokens.shape
-        if t > self.cfg.positions:
-            raise ValueError(f"a line of {t} tokens is longer than the model's {self.cfg.positions} positions "
-                             f"(max_digits={self.cfg.max_digits})")
-        if self.piece is not None and t != self.piece.tokens:
-            raise ValueError(f"this model was split for lines of {self.piece.tokens} tokens, not {t}")
-        where = torch.arange(t) if self.piece is None else self.piece.mine   # this rank's tokens
-        where = where.to(tokens.device)
-        x = self.embed(tokens[:, where]) + self.pos(where)
-        for block in self.blocks:
-            x = block(x)
-        x = self.ln_f(x)
-        return self.read_out(x if self.piece is None else self.piece.whole_line(x))
+        x = tokens
+        for piece in self.pieces():
+            x = piece(x)
+        return x
 
-    def read_out(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t, d = x.shape
-        per_digit = x.view(b, t // TOKENS_PER_DIGIT, TOKENS_PER_DIGIT, d)
-        # causal: only a digit's last token has seen all of it
-        digits = per_digit[:, :, -1] if self.cfg.causal else per_digit.mean(dim=2)
-        return self.digit_head(digits), self.check_head(digits[:, -1])
+    @staticmethod
+    def loss(out, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """Lesson 12: the model's own loss (``line_loss``) and its digit accuracy, for the one micro-step."""
+        loss, digits, _ = line_loss(*out, y)
+        return loss, digits
+
+    def set_piece(self, piece, attention: bool = True) -> None:
+        """Lesson 12: this rank holds ``piece`` of every line from the embedding to the read-out; with
+        ``attention`` (context parallelism) its attention reaches the others' keys through it too."""
+        self.embed.piece = self.head.piece = piece
+        if attention:
+            for block in self.blocks:
+                block.attn.piece = piece
+
+    @property
+    def piece(self):
+        return self.embed.piece
 
 
 def build_transformer(cfg: TransformerConfig = TransformerConfig(), seed: int = 0,

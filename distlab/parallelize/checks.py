@@ -1,0 +1,122 @@
+"""What the five-axis trainer checks before any process starts: the layout against the model and the job.
+
+Introduced in lesson 12 (and 13 for the experts, 06 for the pipeline).  Every transform has conditions:
+whole heads per tensor rank, equal pieces of the line per context rank, whole experts per expert rank,
+a stage's worth of layers per pipeline rank, a batch every share and micro-batch divides; and some
+pairs are not built (sequence parallelism with context parallelism) or need what one backend lacks
+(Horovod has no send/recv: no pipeline, no ring, no all-to-all by hand there).  Each is checked here,
+with a message that says what to change, so that a mistake costs a second and not a job.
+"""
+from __future__ import annotations
+
+from ..experts.expert_parallel import HOW, check_experts
+from ..experts.moe import MoEConfig
+from ..parallel import schedules
+from ..parallel.named_mesh import check_mesh
+from ..processes.checks import check_int, check_positive
+from ..sequence import context_parallel as cp
+from ..sequence import tensor_parallel as tp
+from ..sequence.transformer import TransformerConfig
+from ..train.reduce import METHODS
+from ..train.spec import TrainSpec
+from ..train.step import check_optimizer
+
+NOT_HERE = {"dataset": "digits", "samples": None, "root": None}   # the lines are made from the 8x8 digits
+
+
+def check(world_size: int, spec: TrainSpec, backend: str = "torchrun", device: str = "cpu") -> dict[str, int]:
+    """Lesson 12: ``spec`` checked for a job of ``world_size`` ranks on ``backend``; returns the mesh's sizes."""
+    m, p, t = spec.model, spec.parallel, spec.training
+    if m.kind != "transformer":
+        raise ValueError(f"the five-axis trainer trains the line transformer: model kind {m.kind!r} has its "
+                         "own strategies (data, pipeline, tensor, 3d, zero, ...)")
+    for name, value in NOT_HERE.items():
+        if getattr(spec.data, name) != value:
+            raise ValueError(f"{name}={getattr(spec.data, name)!r}: the transformer reads lines of the 8x8 digits; "
+                             f"{name} is for the MLP and CNN's strategies")
+    if t.dtype != "float32":
+        raise ValueError(f"dtype={t.dtype!r}: the transformer trains in float32 here")
+    check_int("digits", m.digits, minimum=2)
+    cfg = TransformerConfig(d_model=m.width, heads=m.heads, layers=m.depth, max_digits=m.digits, causal=m.causal)
+    if m.experts:
+        MoEConfig(m.experts, m.top_k, m.capacity_factor, m.aux_weight, m.z_weight)
+    elif (m.top_k, m.capacity_factor, m.aux_weight, m.z_weight) != (1, 1.25, 0.01, 0.0):
+        raise ValueError("top_k, capacity_factor, aux_weight and z_weight are the experts' settings: give experts > 0")
+    sizes = check_mesh(world_size, p.mesh)
+    tokens = m.digits * 16
+    _check_tensor(cfg, sizes, p, backend, tokens)
+    if sizes["context"] > 1 or p.attention != "ring" or p.split != "contiguous":
+        if p.attention not in cp.ATTENTION:
+            raise ValueError(f"unknown context-parallel attention {p.attention!r}; "
+                             f"use one of {', '.join(cp.ATTENTION)}")
+        cp.check_split(tokens, sizes["context"], p.split)
+        if sizes["context"] > 1 and p.attention == "ring" and backend == "horovod":
+            raise ValueError("ring attention passes K and V to the next rank point to point, which Horovod cannot "
+                             "do (it has collectives only): use backend='torchrun', or attention='all_gather'")
+    _check_experts(m, sizes, p, backend)
+    _check_pipeline(cfg, sizes, p, backend)
+    shares = sizes["data"] * sizes["expert"]
+    check_int("global_batch_size", t.global_batch_size)
+    check_int("micro_batches", p.micro_batches)
+    if t.global_batch_size % (shares * p.micro_batches):
+        raise ValueError(f"global_batch_size {t.global_batch_size} does not divide into {shares} shares (data x "
+                         f"expert ranks each train lines of their own) of {p.micro_batches} micro-batches")
+    if p.method not in METHODS:
+        raise ValueError(f"unknown gradient reduction {p.method!r}; use one of {', '.join(METHODS)}")
+    check_optimizer(t.optimizer)
+    check_int("steps", t.steps)
+    check_positive("lr", t.lr)
+    check_int("seed", spec.data.seed, minimum=0)
+    check_int("test_lines", spec.data.test_lines)
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    return sizes
+
+
+def _check_tensor(cfg, sizes, p, backend, tokens) -> None:
+    tp.check_heads(cfg.heads, cfg.mlp_ratio * cfg.d_model, sizes["tensor"])
+    if not isinstance(p.sequence_parallel, bool) or not isinstance(p.use_torch, bool):
+        raise ValueError("sequence_parallel and use_torch are True or False")
+    if p.sequence_parallel:
+        if sizes["tensor"] == 1:
+            raise ValueError("sequence_parallel=True cuts the line across the tensor group: it needs tensor > 1")
+        if sizes["context"] > 1:
+            raise ValueError("sequence parallelism with context parallelism is not built here: use one of them "
+                             "(context > 1, or sequence_parallel=True)")
+        cp.check_split(tokens, sizes["tensor"], "contiguous")
+    if p.use_torch:
+        if backend != "torchrun":
+            raise ValueError("use_torch=True runs on launch(backend='torchrun') only: PyTorch's parallelize_module "
+                             "speaks torch.distributed")
+        if sizes["tensor"] == 1 or any(sizes[a] > 1 for a in ("data", "pipeline", "expert", "context")):
+            raise ValueError("use_torch=True splits the blocks with PyTorch's parallelize_module across all the "
+                             "ranks: give no other axis (tensor parallelism, with or without sequence_parallel)")
+
+
+def _check_experts(m, sizes, p, backend) -> None:
+    if p.all_to_all not in HOW:
+        raise ValueError(f"unknown all-to-all {p.all_to_all!r}; use one of {', '.join(HOW)}")
+    if sizes["expert"] > 1:
+        if not m.experts:
+            raise ValueError(f"expert={sizes['expert']} spreads experts over ranks, but the model has none: "
+                             "give experts > 0")
+        check_experts(m.experts, sizes["expert"])
+        if p.all_to_all == "by_hand" and backend == "horovod":
+            raise ValueError("the all-to-all by hand is made of send/recv, which Horovod does not have: "
+                             "use backend='torchrun', or all_to_all='library' (hvd.alltoall)")
+
+
+def _check_pipeline(cfg, sizes, p, backend) -> None:
+    if sizes["pipeline"] == 1:
+        if p.schedule != "gpipe":
+            raise ValueError(f"schedule={p.schedule!r} orders a pipeline's passes: give pipeline > 1")
+        return
+    if backend != "torchrun":
+        raise ValueError("a pipeline passes activations point to point, which Horovod cannot do: "
+                         "use backend='torchrun'")
+    schedules.check_schedule(p.schedule, sizes["pipeline"], p.micro_batches, 1)
+    pieces = cfg.layers + 2                 # the embedding, every block, the read-out
+    if sizes["pipeline"] > pieces:
+        raise ValueError(f"{sizes['pipeline']} pipeline stages but the model has {pieces} pieces (the embedding, "
+                         f"{cfg.layers} blocks, the read-out): use at most {pieces} stages, or more blocks (depth)")
+

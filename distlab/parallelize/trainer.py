@@ -1,0 +1,185 @@
+"""One transformer on all five axes: the line reader trained over data x pipeline x expert x context x tensor.
+
+Introduced in lesson 12 (the line reader split by heads and by the line) and lesson 13 (its experts),
+with lesson 06's pipeline and lesson 01's data parallelism: one training function for every layout.
+``train(worker, spec)`` builds the model from the spec and its seed (``build``), splits it with the
+ordered transforms (``transforms.parallelize``) and runs the one loop (``parallel.loop.train_steps``),
+whose step is the one micro-step (``train.step``) m times and the one gradient reducer, or, with a
+pipeline, the schedule's passes (each a half of that micro-step) and the same reducer.  ``train_single``
+is the one process every layout must equal: the same model, the same lines, nothing split; where the
+ranks route tokens to experts in groups of their own, it routes in the same groups.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..data import load_digits
+from ..experts.moe import MoE, MoEConfig
+from ..experts.training import add_experts
+from ..parallel import schedules
+from ..parallel.loop import Done, Run, Strategy, train_steps
+from ..parallel.named_mesh import Mesh, check_mesh
+from ..parallel.pipeline import PipelineSchedule
+from ..processes.cores import one_thread
+from ..processes.worker import Worker
+from ..records import RankRecord
+from ..sequence.context_parallel import positions
+from ..sequence.lines import LineData
+from ..sequence.transformer import TransformerConfig, build_transformer, line_loss
+from ..train.spec import TrainSpec
+from ..train.reduce import GradientReducer
+from ..train.step import make_optimizer, micro_step
+from .checks import check
+from .transforms import Parallelized, parallelize
+
+
+def config_of(spec: TrainSpec) -> TransformerConfig:
+    """Lesson 12: the transformer's own config from the spec (its width is d_model, its depth the blocks)."""
+    m = spec.model
+    return TransformerConfig(d_model=m.width, heads=m.heads, layers=m.depth, max_digits=m.digits, causal=m.causal)
+
+
+def build(spec: TrainSpec, device="cpu"):
+    """Lesson 12: the line reader the spec describes, drawn from its seed (the same on every rank), with a
+    mixture of ``experts`` in every block when there are any (lesson 13)."""
+    m = spec.model
+    model = build_transformer(config_of(spec), seed=spec.data.seed)
+    if m.experts:
+        add_experts(model, MoEConfig(m.experts, m.top_k, m.capacity_factor, m.aux_weight, m.z_weight), spec.data.seed)
+    return model.to(device)
+
+
+class MicroSteps(Strategy):
+    """Lesson 12: a step without a pipeline: the one micro-step on each of m micro-batches (their gradients
+    add up), the one gradient reducer, the update."""
+
+    def __init__(self, par: Parallelized, micro_batches: int):
+        self.par, self.m = par, micro_batches
+
+    def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
+        t_start = time.time()
+        run.optimizer.zero_grad()
+        loss = accuracy = 0.0
+        for xs, ys in zip(x.chunk(self.m), y.chunk(self.m)):
+            part_loss, part_accuracy = micro_step(run.model, xs, ys, share=self.m)
+            loss, accuracy = loss + part_loss / self.m, accuracy + part_accuracy / self.m
+        t_compute_end = time.time()
+        self.par.reducer.reduce()
+        comm = (t_compute_end, time.time())
+        run.optimizer.step()
+        return Done(loss, accuracy, t_start, t_compute_end, comm)
+
+    @torch.no_grad()
+    def finish(self, run: Run) -> None:
+        """The digit accuracy on the test lines (and how often the line's check was read right), and this
+        rank's parameters under one process's names (PyTorch's split tensors gathered whole)."""
+        device = run.worker.device
+        _, run.record.test_accuracy, check_accuracy = line_loss(*run.model(run.data.x_test.to(device)),
+                                                                run.data.y_test.to(device))
+        run.record.config["test_check_accuracy"] = check_accuracy
+        run.record.params = {n: getattr(p, "full_tensor", lambda p=p: p)().detach().cpu().clone()
+                             for n, p in self.par.params.items()}
+
+
+def _record(worker, spec: TrainSpec, method: str, mesh=None) -> RankRecord:
+    shares = mesh.share()[1] if mesh is not None else 1
+    config = dict(spec.flat(), tokens=spec.model.digits * 16, batch_size=spec.training.global_batch_size // shares,
+                  mesh=dict(mesh.sizes) if mesh is not None else None,
+                  coordinates=dict(mesh.coordinates) if mesh is not None else None)
+    return RankRecord(worker.rank, worker.world_size, worker.backend, method, str(worker.device), config=config,
+                      shard=torch.arange(0))
+
+
+def _batches(spec: TrainSpec, share: tuple[int, int]):
+    """The line numbers this rank trains at each step: its share of the step's global batch."""
+    g, (index, count) = spec.training.global_batch_size, share
+    b = g // count
+    return lambda step: torch.arange(step * g + index * b, step * g + (index + 1) * b)
+
+
+def train(worker, spec: TrainSpec) -> RankRecord:
+    """Lesson 12: the line reader trained on this rank's place in the mesh ``spec.parallel.mesh``.
+
+    The record's ``params`` are what this rank trains, under one process's names (``assemble`` puts a
+    job's together); ``config`` holds the spec, the mesh and this rank's coordinates; ``traffic`` the bytes
+    the split blocks' collectives carried in the last step."""
+    mesh = Mesh(worker, **spec.parallel.mesh)
+    data = LineData(load_digits(), spec.model.digits, spec.data.seed, test_size=spec.data.test_lines)
+    model = build(spec, worker.device)
+    par = parallelize(model, worker, mesh, spec, data.x_test[:1].to(worker.device))
+    what = " x ".join(f"{axis} {size}" for axis, size in mesh.sizes.items() if size > 1) or "one rank"
+    record = _record(worker, spec, f"transformer: {what}", mesh)
+    optimizer = make_optimizer(spec.training.optimizer, par.params.values(), spec.training.lr, foreach=False)
+    m = spec.parallel.micro_batches
+    if par.stage is not None:
+        p = mesh.size("pipeline")
+        ops = schedules.schedule(spec.parallel.schedule, p, m, 1)[mesh.coordinates["pipeline"]]
+        strategy, net = PipelineSchedule(par.stage, ops, m, lambda params: par.reducer.reduce()), None
+        run_model = par.params
+    else:
+        strategy, net, run_model = MicroSteps(par, m), model, model
+    run = Run(worker, data, None, None, run_model, net, optimizer, record)
+    before = dict(par.layout.traffic.bytes)
+    record = train_steps(run, strategy, spec.training.steps, _batches(spec, mesh.share()))
+    record.traffic = {k: (v - before[k]) // spec.training.steps for k, v in par.layout.traffic.bytes.items()}
+    return record
+
+
+def reference_groups(model, spec: TrainSpec, world_size: int) -> None:
+    """Lesson 13: one process routing tokens to its experts in the groups the ranks of a ``world_size``
+    job would route them in: each share of the batch, each micro-batch, each piece of the line alone."""
+    sizes = check_mesh(world_size, spec.parallel.mesh)
+    p = spec.parallel
+    pieces = None
+    if sizes["context"] > 1:
+        pieces = [positions(i, sizes["context"], spec.model.digits * 16, p.split) for i in range(sizes["context"])]
+    elif p.sequence_parallel and sizes["tensor"] > 1:
+        pieces = [positions(i, sizes["tensor"], spec.model.digits * 16, "contiguous") for i in range(sizes["tensor"])]
+    for module in model.modules():
+        if isinstance(module, MoE):
+            module.groups = sizes["data"] * sizes["expert"] * p.micro_batches
+            module.line_pieces = pieces
+
+
+def train_single(spec: TrainSpec, world_size: int = 1) -> RankRecord:
+    """Lesson 12: the reference: the same training in this process, nothing split (the experts routing in
+    the groups a ``world_size`` job of this spec would route in)."""
+    alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"))
+    data = LineData(load_digits(), spec.model.digits, spec.data.seed, test_size=spec.data.test_lines)
+    model = build(spec)
+    reference_groups(model, spec, world_size)
+    params = dict(model.named_parameters())
+    par = Parallelized(model, None, params, GradientReducer(alone, params))      # nothing to split or reduce
+    record = _record(alone, spec, "transformer, one process")
+    optimizer = make_optimizer(spec.training.optimizer, model.parameters(), spec.training.lr, foreach=False)
+    run = Run(alone, data, None, None, model, model, optimizer, record)
+    with one_thread():
+        return train_steps(run, MicroSteps(par, 1), spec.training.steps, _batches(spec, (0, 1)))
+
+
+def assemble(records: list[RankRecord]) -> dict[str, torch.Tensor]:
+    """Lesson 12: the whole model's parameters from a job's records, under one process's names: a tensor-
+    parallel group's slices joined along the dimension each was cut, everything else from the first rank
+    that holds it (the copies in other replicas are equal)."""
+    from ..sequence.tensor_parallel import SPLIT
+
+    whole: dict[str, torch.Tensor] = {}
+    by_name: dict[str, dict] = {}
+    for r in sorted(records, key=lambda r: r.rank):
+        lines = {k: v for k, v in r.config["coordinates"].items() if k != "tensor"}
+        for name, value in r.params.items():
+            key = (name, tuple(sorted(lines.items())))
+            by_name.setdefault(name, {}).setdefault(key, {})[r.config["coordinates"]["tensor"]] = value
+    for name, copies in by_name.items():
+        slices = next(iter(copies.values()))
+        cut = next((dim for suffix, dim in SPLIT.items() if name.endswith(suffix)), None)
+        split = records[0].config["mesh"]["tensor"] > 1 and not records[0].config["use_torch"]
+        whole[name] = (torch.cat([slices[t] for t in sorted(slices)], dim=cut) if cut is not None and split
+                       else slices[min(slices)])
+    return whole
+
+
+train.validate_args = check
+train.supports = frozenset({"torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault"})

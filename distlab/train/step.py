@@ -1,0 +1,120 @@
+"""The one micro-step: forward, the model's own loss, backward.  Every gradient in distlab is made here.
+
+Introduced in lesson 01 (the loop's step), used by lesson 06's pipeline stages and lesson 13's experts.
+Whatever the parallelism, computing a gradient is the same three moves: run the model forward, ask the
+*model* for its loss (a digit classifier's cross-entropy, the line reader's two-part loss: the loop never
+names one), run backward.  Written once, here, a lever that changes how a step computes is one change in
+one place: mixed precision (an autocast context and a loss scaler) fills the ``Precision`` slot; a layer
+that adds a loss of its own (the experts' balancing losses) sets ``extra_loss`` and is found here.
+
+=========================  =========================================================================
+``micro_step``             forward, loss (+ extra losses), backward of one (micro-)batch: a rank's step,
+                           one of k accumulated micro-batches (``share=k``), one process
+``forward_loss``           the forward half alone: a pipeline's last stage ends its forward with it
+``stage_backward``         a pipeline stage that does not compute the loss: backward from the gradient
+                           of its output that the next stage sent back, plus its own layers' extra losses
+``make_optimizer``         every optimizer distlab builds (what it keeps per parameter is what ZeRO shards)
+=========================  =========================================================================
+
+Only two kinds of training own their whole step and do not come here: DeepSpeed (``engine.backward``)
+and PyTorch's pipelining schedules (``schedule.step``); torchtitan's trainer has the same two exceptions.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Lesson 01: how a micro-step computes: here fp32 as built (no autocast, no loss scaling).  The slot
+    the memory levers fill: ``autocast()`` the context forward runs in, ``scale(loss)`` what backward
+    starts from (a loss scaler multiplies it), ``unscale(optimizer)`` before the update."""
+
+    name: str = "fp32"
+
+    def autocast(self):
+        return nullcontext()
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss
+
+    def unscale(self, optimizer) -> None:
+        pass
+
+
+FP32 = Precision()
+
+
+def extra_losses(module: nn.Module):
+    """Lesson 13: the losses ``module``'s layers add to the task's (the experts' balancing losses), summed:
+    every submodule with an ``extra_loss`` from its latest forward.  0 for a model without any."""
+    found = [m.extra_loss for m in module.modules() if getattr(m, "extra_loss", None) is not None]
+    return sum(found) if found else 0.0
+
+
+def forward_loss(model: nn.Module, x, y, *, net: nn.Module | None = None, share: int = 1,
+                 precision: Precision = FP32, loss=None):
+    """Lesson 01: ``net(x)`` (default: the model; DDP's wrapper around it), the model's loss on it (``loss``:
+    the function, when ``model`` is a pipeline stage's part of the model) plus the extra losses of the
+    model's layers, divided by ``share`` (k micro-batches that add up in ``.grad`` give the gradient of
+    their mean).  Returns ``(total, loss, accuracy)``: the tensor backward starts from, and the task's loss
+    and accuracy for the record."""
+    with precision.autocast():
+        out = (net or model)(x)
+        loss, accuracy = (loss or model.loss)(out, y)
+        extra = extra_losses(model)
+        total = loss + extra if isinstance(extra, torch.Tensor) else loss
+        if share != 1:
+            total = total / share
+    return total, loss.item(), accuracy
+
+
+def backward(total: torch.Tensor, precision: Precision = FP32) -> None:
+    """Lesson 01: gradients of ``total`` added into every parameter's ``.grad`` (through the precision's
+    loss scaler, when it has one)."""
+    precision.scale(total).backward()
+
+
+def micro_step(model: nn.Module, x, y, *, net: nn.Module | None = None, share: int = 1,
+               precision: Precision = FP32) -> tuple[float, float]:
+    """Lesson 01: one (micro-)batch's forward, loss and backward; returns its loss and accuracy.
+    ``share=k`` when k micro-batches add up in ``.grad`` before one update (their mean's gradient)."""
+    total, loss, accuracy = forward_loss(model, x, y, net=net, share=share, precision=precision)
+    backward(total, precision)
+    return loss, accuracy
+
+
+def stage_backward(out: torch.Tensor, grad: torch.Tensor, extra=None, share: int = 1,
+                   precision: Precision = FP32) -> None:
+    """Lesson 06: a pipeline stage's backward: from ``grad``, the gradient of its output ``out`` that the
+    next stage sent back (already divided there), plus ``extra``, the losses its layers added in that
+    micro-batch's forward (``extra_losses``, taken then: by now they may hold a later micro-batch's),
+    divided by ``share``."""
+    if isinstance(extra, torch.Tensor):
+        torch.autograd.backward([out, precision.scale(extra / share)], [grad, None])
+    else:
+        out.backward(grad)
+
+
+OPTIMIZERS = {   # lesson 08: what an optimizer keeps per parameter is what ZeRO shards
+    "sgd": lambda params, lr, **kw: torch.optim.SGD(params, lr=lr, **kw),                    # nothing
+    "momentum": lambda params, lr, **kw: torch.optim.SGD(params, lr=lr, momentum=0.9, **kw),  # a velocity
+    "adam": lambda params, lr, **kw: torch.optim.Adam(params, lr=lr, **kw),                  # two moments
+}
+
+
+def check_optimizer(name: str) -> None:
+    """Lesson 08: ``name`` must be one of ``OPTIMIZERS``."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {name!r}")
+
+
+def make_optimizer(name: str, params, lr: float, *, foreach: bool | None = None) -> torch.optim.Optimizer:
+    """Lesson 08: the optimizer called ``name`` over ``params``.  ``foreach=False`` when the parameters mix
+    PyTorch's DTensors with plain tensors (lesson 12's ``parallelize_module``), which the fused loops refuse."""
+    check_optimizer(name)
+    return OPTIMIZERS[name](params, lr, **({} if foreach is None else {"foreach": foreach}))
