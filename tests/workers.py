@@ -112,6 +112,15 @@ def trainings(worker, cases):
             for name, (module, kwargs) in cases.items()}
 
 
+def five_axes(worker, cases):
+    """Issue 36: the line transformer on several layouts in one launch: ``{name: record}`` for
+    ``cases = {name: settings}``, each ``parallelize.trainer.train`` on ``TrainSpec.of(**settings)``."""
+    from distlab.parallelize import trainer
+    from distlab.train.spec import TrainSpec
+
+    return {name: trainer.train(worker, TrainSpec.of(**settings)) for name, settings in cases.items()}
+
+
 def hold(worker, seconds=3.0):
     """Meet the other ranks, stay up ``seconds`` (long enough to look at the job from outside), meet again."""
     worker.all_reduce(torch.ones(1))
@@ -133,7 +142,7 @@ def expert_layer(worker, experts=4, top_k=2, how="library", tokens=24, d_model=8
     mine = x.chunk(worker.world_size)[worker.rank].clone().requires_grad_()
     layer = ExpertParallelMoE(moe, worker, worker.new_group(range(worker.world_size)), how)
     y = layer(mine)
-    (y.square().sum() + layer.loss).backward()
+    (y.square().sum() + layer.extra_loss).backward()
     first = layer.me * layer.per_rank
     return {"rank": worker.rank, "y": y.detach(), "x_grad": mine.grad, "router_grad": layer.router.weight.grad,
             "expert_grads": {first + i: [p.grad.clone() for p in e.parameters()] for i, e in enumerate(layer.experts)},

@@ -182,4 +182,5 @@ def assemble(records: list[RankRecord]) -> dict[str, torch.Tensor]:
 
 
 train.validate_args = check
+train.spec_of = TrainSpec.of       # launch(train, world_size, **settings): the settings become one spec
 train.supports = frozenset({"torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault"})

@@ -97,8 +97,15 @@ def bind_arguments(fn, world_size: int, kwargs: dict, *, backend: str = "torchru
     none was given).  Raises ``ValueError`` naming an unknown, missing or mistyped argument,
     then runs ``fn.validate_args(world_size, backend=backend, device=device, **arguments)``
     (see the module's docstring): ``device`` is the one ``launch`` chose, "cpu" or "cuda".
+
+    Issue 36: a training function that takes a run's settings as one ``TrainSpec`` (``fn(worker, spec)``)
+    says how to make it from keywords (``fn.spec_of(**kwargs)``, which refuses a keyword that is no
+    setting); then ``fn.validate_args(world_size, spec, backend=, device=)`` checks it, and the ranks get
+    ``{"spec": spec}``.  ``spec=`` may also be given whole.
     """
     check_capabilities(fn, backend, device)
+    if hasattr(fn, "spec_of"):
+        return _bind_spec(fn, world_size, kwargs, backend, device)
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())
     name = getattr(fn, "__name__", repr(fn))
@@ -131,6 +138,28 @@ def bind_arguments(fn, world_size: int, kwargs: dict, *, backend: str = "torchru
         raise
     _check_types(fn, name, kwargs)
     return arguments
+
+
+def _bind_spec(fn, world_size: int, kwargs: dict, backend: str, device: str) -> dict:
+    """Issue 36: the settings of a spec-taking training function, made into its spec and checked."""
+    name = getattr(fn, "__name__", repr(fn))
+    if "spec" in kwargs:
+        if len(kwargs) > 1:
+            raise ValueError(f"{name}(): give spec= or its settings as keywords, not both ({', '.join(kwargs)})")
+        spec = kwargs["spec"]
+    else:
+        try:
+            spec = fn.spec_of(**kwargs)
+        except TypeError as err:
+            close = difflib.get_close_matches(str(err).split("=")[0], list(fn.spec_of().flat()), n=1)
+            raise ValueError(f"{name}(): {err}" + (f" (did you mean {close[0]!r}?)" if close else "")) from None
+    for key, value in kwargs.items():
+        hint = typing.get_type_hints(type(getattr(spec, spec.where(key)[0]))).get(spec.where(key)[1]) \
+            if key != "spec" else None
+        if hint is not None and not _matches(value, hint):
+            raise ValueError(f"{key}={value!r}: {name}() expects {_describe(hint)}, got {type(value).__name__}")
+    fn.validate_args(world_size, spec, backend=backend, device=device)
+    return {"spec": spec}
 
 
 CAPABILITIES = ("torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault")

@@ -64,7 +64,7 @@ class GradientReducer:
         self.buckets: dict[tuple[str, ...], list[torch.Tensor]] = {}
         for p in params.values():
             axes = self.axes(p)
-            if axes:                  # a gradient split along no axis longer than one rank is whole already
+            if axes or self.shares > 1:   # whole already, and a rank's own (one share): nothing to do
                 self.buckets.setdefault(axes, []).append(p)
         self.sent = 0                 # bytes handed to all-reduce so far
 
@@ -81,17 +81,18 @@ class GradientReducer:
         """Lesson 12: every gradient made the whole batch's gradient, in place."""
         for axes, params in self.buckets.items():
             grads = [p.grad for p in params]
-            group = self.group(axes)
+            group = self.group(axes) if axes else None
             # a group that is exactly the batch's shares averages (as lesson 01's all-reduce does);
-            # any other sums its parts, then divides by the shares
-            whole = len(self.worker.members(group)) == self.shares
+            # any other sums its parts (an expert's: none to sum, its tokens came to it), then divides
+            whole = (len(self.worker.members(group)) if axes else 1) == self.shares
             op = "avg" if whole else "sum"
-            self.sent += sum(g.numel() * g.element_size() for g in grads)
-            if self.method == "fused":
-                all_reduce_flat(self.worker, grads, group, op)
-            else:
-                for g in grads:
-                    self.all_reduce(g, group, op)
+            if axes:
+                self.sent += sum(g.numel() * g.element_size() for g in grads)
+                if self.method == "fused":
+                    all_reduce_flat(self.worker, grads, group, op)
+                else:
+                    for g in grads:
+                        self.all_reduce(g, group, op)
             if not whole:
                 for g in grads:
                     g.div_(self.shares)

@@ -127,6 +127,11 @@ class TrainSpec:
         """Lesson 12: the spec as flat keywords (the inverse of ``of``)."""
         return {flat: getattr(getattr(self, section), name) for flat, (section, name) in flat_names().items()}
 
+    @staticmethod
+    def where(keyword: str) -> tuple[str, str]:
+        """Lesson 12: the ``(section, field)`` a flat keyword sets."""
+        return flat_names()[keyword]
+
     def replace(self, **keywords) -> "TrainSpec":
         """Lesson 12: a copy with some flat keywords changed."""
         return TrainSpec.of(**{**self.flat(), **keywords})
