@@ -1,7 +1,7 @@
 """Benchmark for issue 29: a mixture of experts, its experts spread over ranks (lesson 13).
 
 On real ranks (torchrun, CPU), lesson 12's line reader with every block's MLP made of ``experts``
-experts and a router (``experts.training``), lines of 3 digits:
+experts and a router (``parallelize.trainer``), lines of 3 digits:
 
 - ``moe_ep_max_diff``: the parameters after 20 SGD steps (``EP``) on 4 ranks (one expert a rank, the
   all-to-all by hand, top-2, capacity factor 1: tokens are dropped) against one process routing each
@@ -56,15 +56,17 @@ import time
 import torch
 
 import distlab
-from distlab.experts import measure, training
-from distlab.sequence import training as dense
+from distlab.experts import measure
+from distlab.parallelize import trainer
 from scripts.goals import goal
 
-EP = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=20, experts=4, top_k=2,
-          capacity_factor=1.0, optimizer="sgd", lr=0.1)
-LESSON = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, experts=4, top_k=2,
-              capacity_factor=1.25, aux_weight=0.1, optimizer="adam", lr=1e-2, test_lines=32)
-BALANCE = dict(experts=4, top_k=1, capacity_factor=1.25, lr=1e-2, optimizer="adam", test_lines=32, how="library")
+MESH = dict(data=1, expert=-1)      # every rank an expert rank
+EP = dict(width=32, heads=4, depth=2, digits=3, global_batch_size=16, steps=20, experts=4, top_k=2,
+          capacity_factor=1.0, optimizer="sgd", lr=0.1, **MESH)
+LESSON = dict(width=32, heads=4, depth=2, digits=3, global_batch_size=16, experts=4, top_k=2,
+              capacity_factor=1.25, aux_weight=0.1, optimizer="adam", lr=1e-2, test_lines=32, **MESH)
+BALANCE = dict(experts=4, top_k=1, capacity_factor=1.25, lr=1e-2, optimizer="adam", test_lines=32,
+               all_to_all="library", **MESH)
 RANKS, ROUNDS, TWO_RANK_ROUNDS, TIMED_STEPS, SKIP = 4, 5, 1, 20, 2
 BALANCE_STEPS, SEEDS = 150, (0, 1, 2)
 ACCURACY_STEPS, ACCURACY_LINES = 100, 128
@@ -95,7 +97,7 @@ def timed_runs(ranks: int, blocks: int, formula: float | None):
     for _ in range(blocks):
         times = {"by_hand": [], "library": []}
         for how in ("by_hand", "library", "library", "by_hand"):
-            recs = sorted(distlab.launch(training.train, ranks, progress="none", warm=True, how=how,
+            recs = sorted(distlab.launch(trainer.train, ranks, progress="none", warm=True, all_to_all=how,
                                          steps=TIMED_STEPS, **LESSON), key=lambda r: r.rank)
             times[how] += [exchange_seconds(recs, s) for s in range(SKIP, TIMED_STEPS)]
             if formula:
@@ -109,12 +111,12 @@ def timed_runs(ranks: int, blocks: int, formula: float | None):
 def main() -> int:
     t0 = time.time()
     torch.set_num_threads(1)                 # as each rank: one thread, no fighting over the 2 cores
-    print(f"line reader with {EP['experts']} experts a block: d_model {EP['d_model']}, {EP['heads']} heads, "
-          f"{EP['layers']} blocks, lines of {EP['digits']} digits ({EP['digits'] * 16} tokens), "
+    print(f"line reader with {EP['experts']} experts a block: d_model {EP['width']}, {EP['heads']} heads, "
+          f"{EP['depth']} blocks, lines of {EP['digits']} digits ({EP['digits'] * 16} tokens), "
           f"batch {EP['global_batch_size']}", flush=True)
 
-    single = training.train_single(groups=RANKS, **EP)
-    ranks = distlab.launch(training.train, RANKS, progress="none", warm=True, how="by_hand", **EP)
+    single = trainer.train_single(world_size=RANKS, **EP)
+    ranks = distlab.launch(trainer.train, RANKS, progress="none", warm=True, all_to_all="by_hand", **EP)
     diff = distlab.max_param_difference(measure.as_one_process(ranks), single.params)
     same = kept(ranks, EP["steps"]) == kept([single], EP["steps"])
     dropped = sum(measure.dropped([single]))
@@ -124,8 +126,8 @@ def main() -> int:
          f"{RANKS} ranks, all-to-all by hand, top-{EP['top_k']}, {EP['steps']} SGD steps against one process")
 
     tokens = LESSON["global_batch_size"] // RANKS * LESSON["digits"] * 16
-    formula = measure.all_to_all_bytes(tokens, LESSON["d_model"], LESSON["top_k"], LESSON["experts"],
-                                       LESSON["capacity_factor"], RANKS, LESSON["layers"])
+    formula = measure.all_to_all_bytes(tokens, LESSON["width"], LESSON["top_k"], LESSON["experts"],
+                                       LESSON["capacity_factor"], RANKS, LESSON["depth"])
     rounds, wire, per_step = timed_runs(RANKS, ROUNDS, formula)
     print(f"bytes from other ranks per step / formula ({formula / 2**20:.3f} MiB, {tokens} tokens a rank): "
           f"{len(wire)} runs {min(wire):.4f} to {max(wire):.4f}; single steps {min(per_step):.3f} to "
@@ -149,7 +151,7 @@ def main() -> int:
     balance = {0.1: [], 0.0: []}
     for seed in SEEDS:
         for aux in balance:
-            recs = distlab.launch(training.train, 2, progress="none", warm=True, steps=BALANCE_STEPS, seed=seed,
+            recs = distlab.launch(trainer.train, 2, progress="none", warm=True, steps=BALANCE_STEPS, seed=seed,
                                   aux_weight=aux, **BALANCE)
             balance[aux].append(measure.settled(measure.imbalance(recs))["mean"])
         print(f"seed {seed}: busiest expert / mean, last 10 of {BALANCE_STEPS} steps: with the auxiliary loss "
@@ -158,10 +160,10 @@ def main() -> int:
     goal("balance_with_aux_loss", balance[0.1], "<=", 1.25,
          f"without: {statistics.median(balance[0.0]):.2f}; 2 ranks, top-1, {BALANCE_STEPS} steps")
 
-    moe = training.train_single(groups=1, top_k=1, experts=4, capacity_factor=1.25, aux_weight=0.1,
-                                steps=ACCURACY_STEPS, lr=1e-2, test_lines=ACCURACY_LINES)
-    plain = dense.train_single(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16,
+    moe = trainer.train_single(top_k=1, experts=4, capacity_factor=1.25, aux_weight=0.1,
                                steps=ACCURACY_STEPS, lr=1e-2, test_lines=ACCURACY_LINES)
+    plain = trainer.train_single(width=32, heads=4, depth=2, digits=3, global_batch_size=16,
+                                 steps=ACCURACY_STEPS, lr=1e-2, test_lines=ACCURACY_LINES)
     print(f"test accuracy after {ACCURACY_STEPS} steps, 4 experts (top-1) against dense (the same active "
           f"parameters, plus the router): " + measure.accuracy_verdict(
               "the reader with experts", moe.test_accuracy, "the dense reader", plain.test_accuracy,

@@ -32,7 +32,7 @@ import sys
 
 import distlab
 from distlab.sequence import tensor_parallel as tp
-from distlab.sequence import training
+from distlab.parallelize import trainer
 from distlab.sequence.memory import predicted_activation_bytes
 from distlab.sequence.transformer import TransformerConfig, build_transformer
 from scripts.goals import goal
@@ -41,7 +41,8 @@ from scripts.wire import loopback_bytes
 SHORT, LONGER = 2, 7      # steps of the two runs whose loopback bytes are subtracted
 
 DIGITS, LONG, STEPS, ROUNDS, TIMED_ROUNDS = 16, 32, 20, 3, 5
-MODEL = dict(d_model=64, heads=4, layers=2, digits=DIGITS, global_batch_size=8, lr=3e-3, seed=0, causal=True)
+MODEL = dict(width=64, heads=4, depth=2, digits=DIGITS, global_batch_size=8, lr=3e-3, seed=0, causal=True,
+             data=1, tensor=-1)
 
 
 def imbalance(records) -> float:
@@ -53,7 +54,7 @@ def wire_per_step(**settings) -> float:
     sent = {}
     for steps in (SHORT, LONGER):
         before = loopback_bytes()
-        distlab.launch(training.train, 2, progress="none", warm=True, steps=steps, **dict(MODEL, **settings))
+        distlab.launch(trainer.train, 2, progress="none", warm=True, steps=steps, **dict(MODEL, **settings))
         sent[steps] = loopback_bytes() - before
     return (sent[LONGER] - sent[SHORT]) / (LONGER - SHORT)
 
@@ -61,17 +62,17 @@ def wire_per_step(**settings) -> float:
 def token_params(sequence_parallel: bool) -> int:
     """The numbers of the parameters that see only a rank's tokens under sequence parallelism."""
     model = build_transformer(TransformerConfig(
-        d_model=MODEL["d_model"], heads=MODEL["heads"], layers=MODEL["layers"], max_digits=MODEL["digits"]))
+        d_model=MODEL["width"], heads=MODEL["heads"], layers=MODEL["depth"], max_digits=MODEL["digits"]))
     return sum(p.numel() for name, p in model.named_parameters()
                if not name.startswith(("head.digits", "head.check")) and not name.endswith(tuple(tp.SPLIT)))
 
 
 def main() -> int:
-    print(f"lines of {DIGITS} digits ({DIGITS * 16} tokens), causal, d_model {MODEL['d_model']}, "
-          f"{MODEL['heads']} heads, {MODEL['layers']} blocks, batch {MODEL['global_batch_size']}")
+    print(f"lines of {DIGITS} digits ({DIGITS * 16} tokens), causal, d_model {MODEL['width']}, "
+          f"{MODEL['heads']} heads, {MODEL['depth']} blocks, batch {MODEL['global_batch_size']}")
     sgd = dict(MODEL, optimizer="sgd", lr=0.1)
-    single = training.train_single(steps=STEPS, **sgd)
-    ring = distlab.launch(training.train, 4, progress="none", warm=True, steps=STEPS, context=4,
+    single = trainer.train_single(steps=STEPS, **sgd)
+    ring = distlab.launch(trainer.train, 4, progress="none", warm=True, steps=STEPS, context=4,
                           attention="ring", split="zigzag", **sgd)
     diff = max(distlab.max_param_difference(r.params, single.params) for r in ring)
     print(f"loss after {STEPS} steps: one process {single.losses[-1]:.5f}, ring {ring[0].losses[-1]:.5f}")
@@ -79,18 +80,18 @@ def main() -> int:
 
     memory = []
     for _ in range(1):         # counted, not timed: the same every round (a list for goal())
-        runs = {a: distlab.launch(training.train, 4, progress="none", warm=True, steps=2, context=4,
+        runs = {a: distlab.launch(trainer.train, 4, progress="none", warm=True, steps=2, context=4,
                                   attention=a, **MODEL) for a in ("all_gather", "ring")}
         memory.append(runs["ring"][0].activation_bytes / runs["all_gather"][0].activation_bytes)
     print(f"activations per rank: ring {runs['ring'][0].activation_bytes / 2**20:.2f} MiB, all-gather "
           f"{runs['all_gather'][0].activation_bytes / 2**20:.2f} MiB, one process "
-          f"{training.train_single(steps=1, **MODEL).activation_bytes / 2**20:.2f} MiB")
+          f"{trainer.train_single(steps=1, **MODEL).activation_bytes / 2**20:.2f} MiB")
     goal("ring_attention_vs_allgather_peak_memory", memory, "<=", 0.75, "saved for backward, 4 ranks")
 
     split = {"contiguous": [], "zigzag": []}
     for _ in range(TIMED_ROUNDS):
         for how in split:
-            recs = distlab.launch(training.train, 2, progress="none", warm=True, steps=2, context=2,
+            recs = distlab.launch(trainer.train, 2, progress="none", warm=True, steps=2, context=2,
                                   attention="ring", split=how, **dict(MODEL, digits=LONG))
             split[how].append(imbalance(recs))
     for how, rounds in split.items():
@@ -100,7 +101,7 @@ def main() -> int:
     wire = {False: [], True: []}
     for _ in range(ROUNDS):
         for sp in wire:
-            predicted = 2 * tp.wire_bytes(MODEL["global_batch_size"], DIGITS * 16, MODEL["d_model"], MODEL["layers"],
+            predicted = 2 * tp.wire_bytes(MODEL["global_batch_size"], DIGITS * 16, MODEL["width"], MODEL["depth"],
                                           2, sequence_parallel=sp, token_params=token_params(sp) if sp else 0)
             wire[sp].append(wire_per_step(tensor=2, sequence_parallel=sp) / predicted)
     for sp, rounds in wire.items():
@@ -109,15 +110,15 @@ def main() -> int:
     worst = max((wire[False], wire[True]), key=lambda rounds: abs(sorted(rounds)[len(rounds) // 2] - 1))
     goal("tp_sp_bytes_vs_formula", worst, "within", (0.9, 1.1), "2 ranks; the one of TP and TP+SP further from 1")
     ratios = {}
-    cfg = TransformerConfig(d_model=MODEL["d_model"], heads=MODEL["heads"], layers=MODEL["layers"],
+    cfg = TransformerConfig(d_model=MODEL["width"], heads=MODEL["heads"], layers=MODEL["depth"],
                             max_digits=DIGITS, causal=True)
     for name, settings in (("no split", None), ("TP", dict(tensor=2)),
                            ("TP + SP", dict(tensor=2, sequence_parallel=True)), ("CP ring", dict(context=2)),
                            ("CP all-gather", dict(context=2, attention="all_gather"))):
         if settings is None:
-            measured, mesh = training.train_single(steps=1, **MODEL).activation_bytes, {}
+            measured, mesh = trainer.train_single(steps=1, **MODEL).activation_bytes, {}
         else:
-            measured = distlab.launch(training.train, 2, progress="none", warm=True, steps=1,
+            measured = distlab.launch(trainer.train, 2, progress="none", warm=True, steps=1,
                                       **dict(MODEL, **settings))[0].activation_bytes
             mesh = settings
         predicted = predicted_activation_bytes(cfg, MODEL["global_batch_size"], DIGITS * 16,

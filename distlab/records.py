@@ -54,6 +54,15 @@ class RankRecord:
     resumed_from: int | None = None
     # lesson 05: (step, training seconds so far, test accuracy) every evaluate_every steps
     evaluations: list[tuple[int, float, float]] = field(default_factory=list)
+    # lessons 12-13 (``parallelize.watch``): the bytes of every step's collectives inside the blocks; the
+    # ring's messages and attention times; the activations kept for backward; the shape held at each
+    # point of a block; per step and block, the experts' tokens; the routers' choices on test lines
+    traffic_by_step: list[dict[str, int]] = field(default_factory=list)
+    ring: dict = field(default_factory=dict)
+    activation_bytes: int = 0
+    shapes: list = field(default_factory=list)
+    routing: list = field(default_factory=list)
+    router: dict = field(default_factory=dict)
 
     @property
     def losses(self) -> list[float]:

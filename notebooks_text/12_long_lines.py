@@ -24,7 +24,8 @@ import torch
 import distlab
 from distlab.data import load_digits
 from distlab.sequence import context_parallel as cp
-from distlab.sequence import lines, training
+from distlab.parallelize import trainer
+from distlab.sequence import lines
 from distlab.sequence import pytorch_context_parallel as torch_cp
 from distlab.sequence import tensor_parallel as heads_split
 from distlab.sequence.memory import SavedTensors, predicted_activation_bytes
@@ -33,7 +34,8 @@ from distlab.widgets import long_lines as pictures
 from distlab.widgets.display import show
 
 # the runs that must equal one process: lines of 3 digits (48 tokens), 2 blocks of 4 heads, 20 Adam steps
-LINE = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=20, lr=3e-3, seed=0)
+LINE = dict(width=32, heads=4, depth=2, digits=3, global_batch_size=16, steps=20, lr=3e-3, seed=0,
+            data=1, tensor=-1)       # width: the model's d_model; tensor=-1: the ranks the other axes leave
 RANKS = 4
 data = load_digits()
 
@@ -63,7 +65,7 @@ print("the model reads", tuple(line.tokens.shape[1:]), "(tokens, pixels per toke
 # than chance (one in ten)? And the check, better than a coin? Then measure:
 
 # %% tags=["nbval-ignore-output"]
-reader = training.train_single(d_model=32, heads=2, layers=1, digits=3, global_batch_size=32, steps=120)
+reader = trainer.train_single(width=32, heads=2, depth=1, digits=3, global_batch_size=32, steps=120)
 print(f"test lines: digits read right {reader.test_accuracy:.2f} (chance 0.10), check read right "
       f"{reader.config['test_check_accuracy']:.2f} (chance 0.50)")
 
@@ -92,8 +94,8 @@ print("after 120 steps it reads the digits well above chance:", reader.test_accu
 # each one all-reduce of batch x tokens x width numbers forward and one backward.)
 
 # %% tags=["nbval-ignore-output"]
-one = training.train_single(**LINE)       # the reference: nothing split
-heads = distlab.launch(training.train, world_size=RANKS, **LINE)     # tensor = 4: each rank one head of four
+one = trainer.train_single(**LINE)       # the reference: nothing split
+heads = distlab.launch(trainer.train, world_size=RANKS, **LINE)     # tensor = 4: each rank one head of four
 
 # %%
 merged = heads_split.merge_params([r.params for r in heads])
@@ -102,7 +104,7 @@ print("rank 0 holds attn.q.weight", tuple(heads[0].params["blocks.0.attn.q.weigh
       tuple(one.params["blocks.0.attn.q.weight"].shape), "and mlp.fc1.weight",
       tuple(heads[0].params["blocks.0.mlp.fc1.weight"].shape), "of", tuple(one.params["blocks.0.mlp.fc1.weight"].shape))
 print(f"after {LINE['steps']} steps the slices, put together, are one process's parameters (within 1e-5)")
-b, s, h, L = LINE["global_batch_size"], LINE["digits"] * 16, LINE["d_model"], LINE["layers"]
+b, s, h, L = LINE["global_batch_size"], LINE["digits"] * 16, LINE["width"], LINE["depth"]
 print("bytes passed to all-reduce per step, counted: ", heads[0].traffic)
 print("predicted (2 regions x blocks x b s h x 4 bytes):", heads_split.predicted_bytes(b, s, h, L))
 assert heads[0].traffic == heads_split.predicted_bytes(b, s, h, L)
@@ -119,7 +121,7 @@ assert heads[0].traffic == heads_split.predicted_bytes(b, s, h, L)
 # **Predict:** does sequence parallelism send more bytes per step than tensor parallelism alone?
 
 # %% tags=["nbval-ignore-output"]
-pieces = distlab.launch(training.train, world_size=RANKS, sequence_parallel=True, progress="none", **LINE)
+pieces = distlab.launch(trainer.train, world_size=RANKS, sequence_parallel=True, progress="none", **LINE)
 
 # %%
 merged_sp = heads_split.merge_params([r.params for r in pieces])
@@ -148,7 +150,7 @@ print(pictures.holdings_table({"TP": heads, "TP + SP": pieces}))
 # Same model, same lines, same result:
 
 # %% tags=["nbval-ignore-output"]
-theirs = distlab.launch(training.train, world_size=RANKS, use_torch=True, sequence_parallel=True,
+theirs = distlab.launch(trainer.train, world_size=RANKS, use_torch=True, sequence_parallel=True,
                         progress="none", **LINE)
 
 # %%
@@ -165,7 +167,7 @@ print("parallelize_module with SequenceParallel: one process's parameters (withi
 # whole line's, and attends its own queries to them.
 
 # %% tags=["nbval-ignore-output"]
-gathered = distlab.launch(training.train, world_size=RANKS, context=RANKS, attention="all_gather",
+gathered = distlab.launch(trainer.train, world_size=RANKS, context=RANKS, attention="all_gather",
                           progress="none", **LINE)
 
 # %% [markdown]
@@ -186,7 +188,7 @@ assert torch.allclose(out, whole, atol=1e-6)
 print("two halves of the keys, merged by their log-sum-exp: attention over all eight keys (within 1e-6)")
 
 # %% tags=["nbval-ignore-output"]
-ring = distlab.launch(training.train, world_size=RANKS, context=RANKS, progress="none", **LINE)
+ring = distlab.launch(trainer.train, world_size=RANKS, context=RANKS, progress="none", **LINE)
 
 # %%
 for name, records in (("all-gathered K and V", gathered), ("ring attention", ring)):
@@ -234,14 +236,14 @@ for name, (how, records) in WAYS.items():
 # %% tags=["nbval-ignore-output"]
 LONG = dict(LINE, digits=32, global_batch_size=8, causal=True, steps=4,
             test_lines=32)     # about time and memory, not accuracy: a few test lines keep the ranks small
-causal = {split: distlab.launch(training.train, world_size=RANKS, context=RANKS, split=split, progress="none", **LONG)
+causal = {split: distlab.launch(trainer.train, world_size=RANKS, context=RANKS, split=split, progress="none", **LONG)
           for split in ("contiguous", "zigzag")}
 
 # %%
 for split, records in causal.items():
     chunks = records[0].ring["chunks"]
     print(f"{split:>10}: {chunks} chunks; blocks of the mask each rank computes per layer:",
-          [r.ring["score_blocks"] // LONG["layers"] for r in records],
+          [r.ring["score_blocks"] // LONG["depth"] for r in records],
           "; its chunks:", [cp.chunk_ids(r.rank, RANKS, split) for r in records])
 
 # %% tags=["nbval-ignore-output"]

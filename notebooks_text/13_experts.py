@@ -23,13 +23,13 @@ import statistics
 import torch
 
 import distlab
-from distlab.experts import measure, training
+from distlab.experts import measure
 from distlab.experts.moe import MoE, MoEConfig, capacity
-from distlab.sequence import training as dense_training
+from distlab.parallelize import trainer
 from distlab.widgets import experts as pictures
 
 # lesson 12's line reader: lines of 3 digits (48 tokens), 2 blocks, width 32; its MLP becomes 4 experts
-READER = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16)
+READER = dict(width=32, heads=4, depth=2, digits=3, global_batch_size=16)     # width: the model's d_model
 RANKS, EXPERTS = 4, 4
 
 # %% tags=["nbval-ignore-output"]
@@ -50,8 +50,8 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 
 # %% tags=["nbval-ignore-output"]
 SHORT = dict(READER, steps=80, lr=1e-2, test_lines=128)
-dense = dense_training.train_single(**SHORT)
-moe = training.train_single(experts=EXPERTS, top_k=1, capacity_factor=1.25, aux_weight=0.1, **SHORT)
+dense = trainer.train_single(**SHORT)
+moe = trainer.train_single(experts=EXPERTS, top_k=1, capacity_factor=1.25, aux_weight=0.1, **SHORT)
 digits = SHORT["test_lines"] * SHORT["digits"]
 print(measure.accuracy_verdict("the reader with experts", moe.test_accuracy, "the dense reader",
                                dense.test_accuracy, digits))
@@ -64,10 +64,10 @@ def count(params, keep=lambda name: True):
 
 
 one_expert = count(moe.params, lambda n: n.startswith("blocks.0.mlp.experts.0."))   # one expert, one block
-active = count(moe.params) - READER["layers"] * (EXPERTS - 1) * one_expert     # a token uses 1 expert of 4
+active = count(moe.params) - READER["depth"] * (EXPERTS - 1) * one_expert     # a token uses 1 expert of 4
 print(f"parameters: dense {count(dense.params):,}, with experts {count(moe.params):,}")
 print(f"parameters a token goes through: dense {count(dense.params):,}, with experts {active:,} (the routers)")
-assert active - count(dense.params) == READER["layers"] * READER["d_model"] * EXPERTS
+assert active - count(dense.params) == READER["depth"] * READER["width"] * EXPERTS
 
 # %% [markdown]
 # Many more parameters for the same work per token (plus the routers' few). Read the
@@ -113,9 +113,9 @@ assert layer.last["kept"] == [min(a, capacity(24, layer.cfg)) for a in layer.las
 # The backward pass runs the same exchanges the other way round.
 
 # %% [markdown]
-# `how="by_hand"` writes the all-to-all from send/recv: in round r each rank sends to the rank r
+# `all_to_all="by_hand"` writes the all-to-all from send/recv: in round r each rank sends to the rank r
 # after it and receives from the rank r before it, so every pair meets once. Every round's messages
-# are posted before any is waited for, so no rank idles between rounds. `how="library"` is one
+# are posted before any is waited for, so no rank idles between rounds. `all_to_all="library"` is one
 # `dist.all_to_all_single` with split sizes (on Horovod, `hvd.alltoall` with `splits`);
 # `bench/experts.py` times the two side by side.
 #
@@ -125,13 +125,13 @@ assert layer.last["kept"] == [min(a, capacity(24, layer.cfg)) for a in layer.las
 
 # %% tags=["nbval-ignore-output"]
 EQUAL = dict(READER, steps=20, experts=EXPERTS, top_k=2, capacity_factor=1.25, aux_weight=0.1,
-             optimizer="sgd", lr=0.1, test_lines=32)
-reference = training.train_single(groups=RANKS, **EQUAL)
-by_hand = distlab.launch(training.train, world_size=RANKS, how="by_hand", **EQUAL)
+             optimizer="sgd", lr=0.1, test_lines=32, data=1, expert=-1)     # expert=-1: every rank
+reference = trainer.train_single(world_size=RANKS, **EQUAL)   # routing in the ranks' groups
+by_hand = distlab.launch(trainer.train, world_size=RANKS, all_to_all="by_hand", **EQUAL)
 
 # %%
 def kept(records, step):
-    return [sum(r.routing[step][b]["kept"][e] for r in records for b in range(READER["layers"]))
+    return [sum(r.routing[step][b]["kept"][e] for r in records for b in range(READER["depth"]))
             for e in range(EXPERTS)]
 
 
@@ -144,7 +144,7 @@ print("and every step kept the same tokens at every expert: True")
 tokens = READER["global_batch_size"] // RANKS * READER["digits"] * 16
 left = [sum(row) - row[i] for i, row in enumerate(measure.matrix(by_hand, 0, 0))]
 print(f"step 0, block 0: requests that left each rank: {left} (if spread evenly: {tokens * 2 * 3 // 4})")
-formula = measure.all_to_all_bytes(tokens, READER["d_model"], 2, EXPERTS, 1.25, RANKS, READER["layers"])
+formula = measure.all_to_all_bytes(tokens, READER["width"], 2, EXPERTS, 1.25, RANKS, READER["depth"])
 counted = measure.measured_bytes(by_hand)
 print(f"bytes that crossed ranks per step, all ranks: counted {statistics.mean(counted):,.0f} "
       f"(from {min(counted):,} to {max(counted):,}); the formula if spread evenly {formula:,.0f}; "
@@ -172,8 +172,9 @@ pictures.matrix_player(by_hand)
 # share of requests? How many more? Two runs on four ranks, the library's all-to-all, Adam:
 
 # %% tags=["nbval-ignore-output"]
-BALANCE = dict(READER, steps=60, experts=EXPERTS, top_k=1, capacity_factor=1.25, lr=1e-2, test_lines=32)
-runs = {f"balancing loss x {w}": distlab.launch(training.train, world_size=RANKS, how="library",
+BALANCE = dict(READER, steps=60, experts=EXPERTS, top_k=1, capacity_factor=1.25, lr=1e-2, test_lines=32,
+               data=1, expert=-1)
+runs = {f"balancing loss x {w}": distlab.launch(trainer.train, world_size=RANKS, all_to_all="library",
                                                 aux_weight=w, progress="none", **BALANCE) for w in (0.0, 0.1)}
 for name, records in runs.items():
     busiest = measure.settled(measure.imbalance(records))

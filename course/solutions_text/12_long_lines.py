@@ -9,9 +9,9 @@
 import distlab
 from distlab.course import exercises_long_lines
 from distlab.sequence import context_parallel as cp
-from distlab.sequence import training
+from distlab.parallelize import trainer
 
-SMALL = dict(d_model=64, heads=4, layers=4, digits=4, global_batch_size=8, steps=1)    # 64 tokens
+SMALL = dict(width=64, heads=4, depth=4, digits=4, global_batch_size=8, steps=1, data=1, tensor=-1)   # 64 tokens
 
 # %% [markdown]
 # **1. Bytes of tensor parallelism.** Per block two regions (attention, MLP); each all-reduces one
@@ -19,7 +19,7 @@ SMALL = dict(d_model=64, heads=4, layers=4, digits=4, global_batch_size=8, steps
 # 4 blocks x 2 regions x 2 x 8 x 512 x 64 x 4 = 16,777,216 bytes.
 
 # %% tags=["nbval-ignore-output"]
-heads = distlab.launch(training.train, world_size=2, progress="none", **SMALL)
+heads = distlab.launch(trainer.train, world_size=2, progress="none", **SMALL)
 
 # %%
 my_bytes = 4 * 2 * 2 * 8 * 512 * 64 * 4
@@ -33,7 +33,7 @@ assert exercises_long_lines.tp_bytes(my_bytes, batch=8, tokens=512, d_model=64, 
 # 3 hops x 2 x 8 x 128 x 64 x 4 = 1,572,864 bytes.
 
 # %% tags=["nbval-ignore-output"]
-ring = distlab.launch(training.train, world_size=2, context=2, progress="none", **SMALL)
+ring = distlab.launch(trainer.train, world_size=2, context=2, progress="none", **SMALL)
 
 # %%
 my_ring_bytes = (4 - 1) * 2 * 8 * (512 // 4) * 64 * 4

@@ -34,8 +34,9 @@ def all_to_all_bytes(tokens: int, d_model: int, top_k: int, experts: int, capaci
 
 def measured_bytes(records) -> list[int]:
     """Lesson 13: the bytes that arrived from other ranks in each step, all ranks together."""
-    steps = len(records[0].traffic)
-    return [sum(r.traffic[s]["forward"] + r.traffic[s]["backward"] for r in records) for s in range(steps)]
+    steps = len(records[0].traffic_by_step)
+    return [sum(r.traffic_by_step[s]["forward"] + r.traffic_by_step[s]["backward"] for r in records)
+            for s in range(steps)]
 
 
 def asked(records, step: int, block: int) -> list[int]:
@@ -99,27 +100,13 @@ def timeline(records, step: int, block: int) -> list[dict]:
     return [{part: (a - t0, b - t0) for part, (a, b) in r.routing[step][block]["times"].items()} for r in ranks]
 
 
-def one_process_names(record) -> dict:
-    """Lesson 13: one rank's parameters under the names one process gives them: rank r of an expert
-    group of size n holds experts r x E/n ..., so its j-th is expert r x E/n + j."""
-    n, experts = record.config["mesh"]["expert"], record.config["experts"]
-    first = (record.rank % n) * (experts // n)
-    out = {}
-    for name, p in record.params.items():
-        if ".mlp.experts." in name:
-            head, rest = name.split(".mlp.experts.")
-            j, tail = rest.split(".", 1)
-            name = f"{head}.mlp.experts.{first + int(j)}.{tail}"
-        out[name] = p
-    return out
-
-
 def as_one_process(records) -> dict:
-    """Lesson 13: every rank's parameters put together under one process's names, each expert taken
-    from the first data replica that holds it, the dense ones from rank 0."""
+    """Lesson 13: every rank's parameters put together under one process's names (a rank's records name
+    its experts by their number among all the experts), each expert taken from the first data replica
+    that holds it, the dense ones from rank 0."""
     out = {}
     for r in sorted(records, key=lambda r: r.rank, reverse=True):      # rank 0 written last: its copy stays
-        out.update(one_process_names(r))
+        out.update(r.params)
     return out
 
 

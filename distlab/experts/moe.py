@@ -170,3 +170,12 @@ class MoE(nn.Module):
             token, choice = torch.nonzero((routing.expert == e) & routing.kept, as_tuple=True)
             out = out.index_add(0, token, routing.gate[token, choice, None] * expert(tokens[token]))
         return out
+
+
+def add_experts(model, cfg: MoEConfig, seed: int, groups: int = 1):
+    """Lesson 13: every block's MLP of the line reader ``model`` replaced by ``cfg.experts`` experts of the
+    MLP's size and a router, made from ``seed`` (the same on every rank, as the dense parameters are)."""
+    for i, block in enumerate(model.blocks):
+        torch.manual_seed(seed * 1_000 + 17 + i)
+        block.mlp = MoE(model.cfg.d_model, model.cfg.mlp_ratio * model.cfg.d_model, cfg, groups)
+    return model

@@ -12,12 +12,12 @@ ranks route tokens to experts in groups of their own, it routes in the same grou
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import torch
 
 from ..data import load_digits
-from ..experts.moe import MoE, MoEConfig
-from ..experts.training import add_experts
+from ..experts.moe import MoE, MoEConfig, add_experts
 from ..parallel import schedules
 from ..parallel.loop import Done, Run, Strategy, train_steps
 from ..parallel.named_mesh import Mesh, check_mesh
@@ -32,7 +32,8 @@ from ..train.spec import TrainSpec
 from ..train.reduce import GradientReducer
 from ..train.step import make_optimizer, micro_step
 from .checks import check
-from .transforms import Parallelized, parallelize
+from .transforms import Layout, Parallelized, parallelize
+from .watch import Watch
 
 
 def config_of(spec: TrainSpec) -> TransformerConfig:
@@ -53,22 +54,27 @@ def build(spec: TrainSpec, device="cpu"):
 
 class MicroSteps(Strategy):
     """Lesson 12: a step without a pipeline: the one micro-step on each of m micro-batches (their gradients
-    add up), the one gradient reducer, the update."""
+    add up), the one gradient reducer, the update; ``watch`` writes down what happened inside."""
 
-    def __init__(self, par: Parallelized, micro_batches: int):
-        self.par, self.m = par, micro_batches
+    def __init__(self, par: Parallelized, micro_batches: int, watch: Watch | None = None):
+        self.par, self.m, self.watch = par, micro_batches, watch
 
     def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = time.time()
+        if self.watch:
+            self.watch.before()
         run.optimizer.zero_grad()
         loss = accuracy = 0.0
         for xs, ys in zip(x.chunk(self.m), y.chunk(self.m)):
-            part_loss, part_accuracy = micro_step(run.model, xs, ys, share=self.m)
+            with self.watch.forward() if self.watch else nullcontext():
+                part_loss, part_accuracy = micro_step(run.model, xs, ys, share=self.m)
             loss, accuracy = loss + part_loss / self.m, accuracy + part_accuracy / self.m
         t_compute_end = time.time()
         self.par.reducer.reduce()
         comm = (t_compute_end, time.time())
         run.optimizer.step()
+        if self.watch:
+            self.watch.after()
         return Done(loss, accuracy, t_start, t_compute_end, comm)
 
     @torch.no_grad()
@@ -79,6 +85,8 @@ class MicroSteps(Strategy):
         _, run.record.test_accuracy, check_accuracy = line_loss(*run.model(run.data.x_test.to(device)),
                                                                 run.data.y_test.to(device))
         run.record.config["test_check_accuracy"] = check_accuracy
+        if self.watch:
+            self.watch.finish(run.data)
         run.record.params = {n: getattr(p, "full_tensor", lambda p=p: p)().detach().cpu().clone()
                              for n, p in self.par.params.items()}
 
@@ -119,12 +127,9 @@ def train(worker, spec: TrainSpec) -> RankRecord:
         strategy, net = PipelineSchedule(par.stage, ops, m, lambda params: par.reducer.reduce()), None
         run_model = par.params
     else:
-        strategy, net, run_model = MicroSteps(par, m), model, model
+        strategy, net, run_model = MicroSteps(par, m, Watch(model, par.layout, record)), model, model
     run = Run(worker, data, None, None, run_model, net, optimizer, record)
-    before = dict(par.layout.traffic.bytes)
-    record = train_steps(run, strategy, spec.training.steps, _batches(spec, mesh.share()))
-    record.traffic = {k: (v - before[k]) // spec.training.steps for k, v in par.layout.traffic.bytes.items()}
-    return record
+    return train_steps(run, strategy, spec.training.steps, _batches(spec, mesh.share()))
 
 
 def reference_groups(model, spec: TrainSpec, world_size: int) -> None:
@@ -143,20 +148,24 @@ def reference_groups(model, spec: TrainSpec, world_size: int) -> None:
             module.line_pieces = pieces
 
 
-def train_single(spec: TrainSpec, world_size: int = 1) -> RankRecord:
+def train_single(spec: TrainSpec | None = None, *, world_size: int = 1, **settings) -> RankRecord:
     """Lesson 12: the reference: the same training in this process, nothing split (the experts routing in
-    the groups a ``world_size`` job of this spec would route in)."""
+    the groups a ``world_size`` job of this spec would route in).  ``spec``, or its settings as keywords."""
+    spec = spec if spec is not None else TrainSpec.of(**settings)
+    check(world_size, spec)
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"))
     data = LineData(load_digits(), spec.model.digits, spec.data.seed, test_size=spec.data.test_lines)
     model = build(spec)
     reference_groups(model, spec, world_size)
     params = dict(model.named_parameters())
-    par = Parallelized(model, None, params, GradientReducer(alone, params))      # nothing to split or reduce
+    layout = Layout(alone, None, spec)
+    par = Parallelized(model, layout, params, GradientReducer(alone, params))      # nothing to split or reduce
     record = _record(alone, spec, "transformer, one process")
     optimizer = make_optimizer(spec.training.optimizer, model.parameters(), spec.training.lr, foreach=False)
     run = Run(alone, data, None, None, model, model, optimizer, record)
     with one_thread():
-        return train_steps(run, MicroSteps(par, 1), spec.training.steps, _batches(spec, (0, 1)))
+        return train_steps(run, MicroSteps(par, 1, Watch(model, layout, record)), spec.training.steps,
+                           _batches(spec, (0, 1)))
 
 
 def assemble(records: list[RankRecord]) -> dict[str, torch.Tensor]:

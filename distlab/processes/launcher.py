@@ -106,7 +106,9 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
     check_capabilities(fn, backend, dev, options, who_can=who_can)   # issue 27: what fn.supports rules out
     chosen = backend_module(backend)                   # the backend (Horovod's import alone takes seconds)
     chosen.check_available()
-    bind_arguments(fn, world_size, kwargs, backend=backend, device=dev)
+    bound = bind_arguments(fn, world_size, kwargs, backend=backend, device=dev)
+    if hasattr(fn, "spec_of"):                         # issue 36: the ranks get the one spec
+        kwargs = bound
     if port is not None and backend == "horovod":
         raise ValueError("port= sets torchrun's rendezvous port; Horovod always picks a free "
                          "port for its own rendezvous (horovod.run has no setting for it)")

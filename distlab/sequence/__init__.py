@@ -9,5 +9,5 @@
   (online softmax, forward and backward by hand), in contiguous or zig-zag pieces
 - ``pytorch_context_parallel``  PyTorch's own context_parallel, run for real: its result, or its exact error
 - ``memory``       the activations a rank keeps for backward, counted with PyTorch's saved-tensor hooks
-- ``training``     training it with the one loop, on one process or split (``train``, ``train_single``)
+  (training it, on one process or split five ways: ``parallelize.trainer``)
 """

@@ -1,7 +1,7 @@
 """Lesson 13's pictures: where every token went, drawn from what the experts' ranks recorded.
 
 Introduced in lesson 13 (experts: a bigger model for the same compute).  Four pictures, each read
-from the records of a run (``experts.training``; the numbers under them from ``experts.measure``):
+from the records of a run (``parallelize.trainer``; the numbers under them from ``experts.measure``):
 
 - ``load_explorer``: tokens asked of each expert, step by step, as a heatmap, with the requests
   dropped for want of capacity under it; two runs side by side (with and without the balancing loss);
