@@ -37,9 +37,17 @@ class Section(BaseModel):
 
 
 class Model(Section):
-    kind: Literal["mlp", "cnn"] = "mlp"
-    width: int = Field(64, ge=1, le=65536, description="hidden units (MLP) or channels (CNN)")
-    depth: int = Field(2, ge=1, le=64, description="hidden layers (MLP)")
+    kind: Literal["mlp", "cnn", "transformer"] = "mlp"
+    width: int = Field(64, ge=1, le=65536, description="hidden units (MLP), channels (CNN) or d_model (transformer)")
+    depth: int = Field(2, ge=1, le=64, description="hidden layers (MLP) or blocks (transformer)")
+    heads: int = Field(4, ge=1, le=1024, description="transformer: attention heads")
+    digits: int = Field(3, ge=2, le=4096, description="transformer: digits per line, 16 tokens each")
+    causal: bool = Field(False, description="transformer: each token sees only the tokens before it")
+    experts: int = Field(0, ge=0, le=4096, description="transformer: experts in every block (0: a dense MLP)")
+    top_k: int = Field(1, ge=1, description="transformer: experts each token goes to")
+    capacity_factor: float = Field(1.25, gt=0, description="transformer: tokens an expert takes, x the even share")
+    aux_weight: float = Field(0.01, ge=0, description="transformer: weight of the experts' balancing loss")
+    z_weight: float = Field(0.0, ge=0, description="transformer: weight of the router z-loss")
 
 
 class Data(Section):
@@ -53,6 +61,7 @@ class Data(Section):
                                                "~/.cache/distlab/mnist); nothing is downloaded")
     seed: int = Field(0, ge=0, description="the model, the mini-batch order and the distortions: the same "
                                            "on every rank")
+    test_lines: int = Field(256, ge=1, description="transformer: the test lines its accuracy is read on")
 
     @model_validator(mode="after")
     def _sizes(self):
@@ -76,8 +85,30 @@ class Parallel(Section):
         "ddp", description="how data parallelism averages gradients (strategy data): by hand, fused into one "
                            "buffer, or the backend's own (DDP on torchrun, DistributedOptimizer on horovod)")
     zero_stage: int = Field(0, ge=0, le=3, description="ZeRO stage (strategies zero: 0-2, fsdp: 3, deepspeed: 0-3)")
-    pipeline: int = Field(1, ge=1, description="pipeline stages (strategy 3d; pipeline: one a rank, so the ranks)")
-    tensor: int = Field(1, ge=1, description="tensor-parallel ranks (strategy 3d; tensor: all the ranks)")
+    data: int = Field(-1, ge=-1, description="strategy transformer: data replicas (-1: the ranks the others leave)")
+    pipeline: int = Field(1, ge=-1, description="pipeline stages (strategies 3d and transformer; pipeline: one a "
+                                                "rank, so the ranks)")
+    expert: int = Field(1, ge=-1, description="strategy transformer: expert-parallel ranks")
+    context: int = Field(1, ge=-1, description="strategy transformer: context-parallel ranks (pieces of each line)")
+    tensor: int = Field(1, ge=-1, description="tensor-parallel ranks (strategies 3d and transformer; tensor: all "
+                                              "the ranks)")
+    sequence_parallel: bool = Field(False, description="strategy transformer: the tensor group's all-reduces cut "
+                                                       "into all-gather and reduce-scatter, the line in pieces")
+    attention: Literal["ring", "all_gather"] = Field("ring", description="strategy transformer, context > 1: how "
+                                                                         "a rank reaches the others' keys")
+    split: Literal["contiguous", "zigzag"] = Field("contiguous", description="strategy transformer: the pieces of "
+                                                                            "the line (zigzag: for the causal mask)")
+    all_to_all: Literal["library", "by_hand"] = Field("library", description="strategy transformer: the experts' "
+                                                                             "exchange")
+    use_torch: bool = Field(False, description="strategy transformer: tensor parallelism with parallelize_module")
+
+    @field_validator("data", "pipeline", "expert", "context", "tensor")
+    @classmethod
+    def _axis(cls, size):
+        """Issue 36: a mesh axis is a number of ranks, or -1 for the ranks the other axes leave."""
+        if size == 0:
+            raise ValueError("a mesh axis is 1 or more ranks, or -1 for the ranks the other axes leave")
+        return size
     micro_batches: int = Field(1, ge=1, description="micro-batches per step (pipeline, torch_pipeline and 3d)")
     schedule: Literal[tuple(SCHEDULES)] = Field(  # type: ignore[valid-type]  (parallel/schedules.py's names)
         "gpipe", description="the pipeline schedule: " + ", ".join(SCHEDULES))
@@ -260,6 +291,7 @@ class RunConfig(Section):
         """The training function and its keyword arguments, as ``distlab.launch`` takes them (``registry``)."""
         strategy = registry.get(self.parallel.strategy)
         return strategy.fn, strategy.kwargs(self)
+
 
 
 def from_launch(fn, world_size: int, **kwargs) -> RunConfig:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
+from ..train.spec import TrainSpec, flat_names
+
 ALWAYS = ("model.width", "training.steps", "training.lr", "data.seed")     # every strategy trains with these
 
 
@@ -51,8 +53,9 @@ class Arg:
 class Strategy:
     """Lesson 09: one strategy a config can name: its training function and its arguments.
 
-    ``target`` is ``"module:function"`` under ``distlab.parallel`` (imported lazily);
-    ``args`` maps the function's keywords to config fields; ``fixed`` are arguments a config
+    ``target`` is ``"module:function"`` under ``distlab.parallel``, or a full module path (imported lazily);
+    ``args`` maps the function's keywords to config fields; ``spec``: the function takes one ``TrainSpec``
+    (issue 36), whose sections are the config's, key for key; ``fixed`` are arguments a config
     run always passes (``record_grads_at=()``: nothing to record in a long run);
     ``stages_are_ranks`` names the axis (``parallel.pipeline`` or ``parallel.tensor``) that is
     one rank each, so a config may only set it to the world size; ``shares_batch``: whether
@@ -67,11 +70,12 @@ class Strategy:
     fixed: dict = field(default_factory=dict)
     stages_are_ranks: str = ""          # "pipeline" or "tensor": that axis is one rank each
     shares_batch: str = "rank"          # the global batch is cut among the "rank"s, the "worker"s, or "" not
+    spec: bool = False                  # the function takes one TrainSpec (its checks divide the batch)
 
     @property
     def fn(self):
         module, name = self.target.split(":")
-        return getattr(importlib.import_module(f"distlab.parallel.{module}"), name)
+        return getattr(importlib.import_module(module if "." in module else f"distlab.parallel.{module}"), name)
 
     @property
     def supports(self) -> frozenset | None:
@@ -85,12 +89,20 @@ class Strategy:
         return frozenset(ALWAYS) | {a.field for a in self.args} | axis
 
     def kwargs(self, config) -> dict:
-        """Lesson 09: the function's keyword arguments for ``config`` (``RunConfig.call``)."""
+        """Lesson 09: the function's keyword arguments for ``config`` (``RunConfig.call``).  A spec strategy's
+        are one ``TrainSpec``, the config's four sections key for key."""
+        if self.spec:
+            return {"spec": TrainSpec.of(**{a.key: a.value(config, 0) for a in self.args})}
         world = config.launch.world_size
         out = {a.key: a.value(config, world) for a in self.args}
         if self.name == "3d":           # the data axis is what the other two leave of the ranks
             out["data"] = world // (config.parallel.pipeline * config.parallel.tensor)
         return {**out, **self.fixed}
+
+
+def _spec_args() -> tuple[Arg, ...]:
+    """Issue 36: a spec strategy reads every config key that names a ``TrainSpec`` field."""
+    return tuple(Arg(flat, f"{section}.{name}") for flat, (section, name) in flat_names().items())
 
 
 def _common(*more: Arg, batch: str = "") -> tuple[Arg, ...]:
@@ -134,6 +146,8 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("fsdp", "fsdp:train", "08", "ZeRO stage 3 with PyTorch's FSDP2", _common(*MODEL, DTYPE, OPTIMIZER)),
     Strategy("deepspeed", "deepspeed_zero:train", "08", "DeepSpeed's ZeRO, stages 0-3",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("stage", "parallel.zero_stage"))),
+    Strategy("transformer", "distlab.parallelize.trainer:train", "12-13", "the line transformer (experts too) on "
+             "any data x pipeline x expert x context x tensor mesh", _spec_args(), shares_batch="", spec=True),
 )}
 
 

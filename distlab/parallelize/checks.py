@@ -36,6 +36,10 @@ def check(world_size: int, spec: TrainSpec, backend: str = "torchrun", device: s
                              f"{name} is for the MLP and CNN's strategies")
     if t.dtype != "float32":
         raise ValueError(f"dtype={t.dtype!r}: the transformer trains in float32 here")
+    for name, value in (("zero_stage", 0), ("chunks", 1), ("local_steps", 4), ("average", "parameters")):
+        if getattr(p, name) != value:
+            raise ValueError(f"{name}={getattr(p, name)!r} is a setting of the MLP's strategies (zero, pipeline "
+                             "interleaved, local_sgd), which the five-axis trainer does not use: leave it out")
     check_int("digits", m.digits, minimum=2)
     cfg = TransformerConfig(d_model=m.width, heads=m.heads, layers=m.depth, max_digits=m.digits, causal=m.causal)
     if m.experts:
@@ -62,7 +66,9 @@ def check(world_size: int, spec: TrainSpec, backend: str = "torchrun", device: s
         raise ValueError(f"global_batch_size {t.global_batch_size} does not divide into {shares} shares (data x "
                          f"expert ranks each train lines of their own) of {p.micro_batches} micro-batches")
     if p.method not in METHODS:
-        raise ValueError(f"unknown gradient reduction {p.method!r}; use one of {', '.join(METHODS)}")
+        raise ValueError(f"method={p.method!r}: the transformer's gradients go through the one gradient reducer "
+                         f"(train.reduce), by hand or fused: set method to one of {', '.join(METHODS)}"
+                         + (" ('ddp', the backend's own, is plain data parallelism's)" if p.method == "ddp" else ""))
     check_optimizer(t.optimizer)
     check_int("steps", t.steps)
     check_positive("lr", t.lr)

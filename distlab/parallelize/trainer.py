@@ -36,6 +36,11 @@ from .transforms import Layout, Parallelized, parallelize
 from .watch import Watch
 
 
+# lesson 12's small transformer: what a notebook's keywords start from (a run config sets every key itself)
+DEFAULTS = dict(model="transformer", width=32, depth=2, steps=20, global_batch_size=16, lr=3e-3, optimizer="adam",
+                method="fused")
+
+
 def config_of(spec: TrainSpec) -> TransformerConfig:
     """Lesson 12: the transformer's own config from the spec (its width is d_model, its depth the blocks)."""
     m = spec.model
@@ -151,7 +156,7 @@ def reference_groups(model, spec: TrainSpec, world_size: int) -> None:
 def train_single(spec: TrainSpec | None = None, *, world_size: int = 1, **settings) -> RankRecord:
     """Lesson 12: the reference: the same training in this process, nothing split (the experts routing in
     the groups a ``world_size`` job of this spec would route in).  ``spec``, or its settings as keywords."""
-    spec = spec if spec is not None else TrainSpec.of(**settings)
+    spec = spec if spec is not None else spec_of(**settings)
     check(world_size, spec)
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"))
     data = LineData(load_digits(), spec.model.digits, spec.data.seed, test_size=spec.data.test_lines)
@@ -190,6 +195,12 @@ def assemble(records: list[RankRecord]) -> dict[str, torch.Tensor]:
     return whole
 
 
+def spec_of(**settings) -> TrainSpec:
+    """Lesson 12: the spec of a notebook's keywords: lesson 12's small transformer (``DEFAULTS``) unless told
+    otherwise.  (A run config gives every setting itself: ``RunConfig.call``.)"""
+    return TrainSpec.of(**{**DEFAULTS, **settings})
+
+
 train.validate_args = check
-train.spec_of = TrainSpec.of       # launch(train, world_size, **settings): the settings become one spec
+train.spec_of = spec_of            # launch(train, world_size, **settings): the settings become one spec
 train.supports = frozenset({"torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault"})

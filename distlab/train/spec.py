@@ -19,7 +19,9 @@ the one list (as nanoGPT's ``GPTConfig`` is for its model), in four sections tha
 
 A notebook still passes flat keywords (``launch(train, world_size=4, context=2, width=32)``): every
 field's name is unique across the sections, so ``TrainSpec.of(**keywords)`` knows where each goes, and a
-keyword that is no field is refused by name.  ``spec.flat()`` gives them back.
+keyword that is no field is refused by name.  ``spec.flat()`` gives them back.  The defaults are the run
+config's (a test keeps the two equal, key for key); a training function may start from its own
+(``parallelize.trainer.DEFAULTS``: lesson 12's small transformer), and refuses what it does not use.
 """
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ from dataclasses import dataclass, field
 class ModelSpec:
     """Lesson 12: which model, and its sizes."""
 
-    kind: str = "transformer"         # "mlp", "cnn" or "transformer" (flat keyword: ``model``)
-    width: int = 32                   # MLP hidden units, CNN channels, the transformer's d_model
+    kind: str = "mlp"                 # "mlp", "cnn" or "transformer" (flat keyword: ``model``)
+    width: int = 64                   # MLP hidden units, CNN channels, the transformer's d_model
     depth: int = 2                    # MLP hidden layers, the transformer's blocks
     heads: int = 4                    # transformer: attention heads
     digits: int = 3                   # transformer: digits per line (16 tokens each)
@@ -59,10 +61,10 @@ class DataSpec:
 class TrainingSpec:
     """Lesson 01: how long, how big a batch, how fast."""
 
-    steps: int = 20
-    global_batch_size: int = 16       # samples (lines) per step, over every rank together
-    lr: float = 3e-3
-    optimizer: str = "adam"           # "sgd", "momentum" or "adam" (``train.step.OPTIMIZERS``)
+    steps: int = 50
+    global_batch_size: int = 64       # samples (lines) per step, over every rank together
+    lr: float = 0.1
+    optimizer: str = "sgd"            # "sgd", "momentum" or "adam" (``train.step.OPTIMIZERS``)
     dtype: str = "float32"
 
 
@@ -77,7 +79,12 @@ class ParallelSpec:
     tensor: int = 1                   # tensor-parallel ranks (they share out each block's heads and units)
     micro_batches: int = 1            # micro-batches per step (a pipeline's, or accumulated gradients)
     schedule: str = "gpipe"           # the pipeline's schedule
-    method: str = "fused"             # how gradients are reduced (``train.reduce``): "by_hand" or "fused"
+    chunks: int = 1                   # model chunks per pipeline rank (the interleaved schedule)
+    method: str = "ddp"               # how gradients are reduced: "by_hand", "fused" (``train.reduce``) or
+                                      # "ddp" (the backend's own: plain data parallelism, lesson 01)
+    zero_stage: int = 0               # ZeRO: what the data replicas shard (lesson 08)
+    local_steps: int = 4              # local SGD: steps between all-reduces (lesson 04)
+    average: str = "parameters"       # local SGD: "parameters", or "gradients" (accumulation)
     sequence_parallel: bool = False   # tensor parallelism's all-reduce cut into all-gather + reduce-scatter
     attention: str = "ring"           # context parallelism: "ring" or "all_gather" for the K/V
     split: str = "contiguous"         # context parallelism: "contiguous" or "zigzag" pieces of the line
