@@ -7,7 +7,8 @@
 - ``async_sgd``      asynchronous SGD with a parameter server, and staleness (lesson 04)
 - ``stages``         cutting the model into balanced stages, one per rank (lesson 06)
 - ``schedules``      pipeline schedules as data (GPipe, 1F1B, interleaved) and their bubble (lesson 06)
-- ``pipeline``       the schedules run on real ranks, every pass and message recorded (lesson 06)
+- ``pipeline``       the schedules run on real ranks (lesson 06); ``pipeline_stage`` one rank's passes and
+                     messages, every one recorded
 - ``torch_pipeline`` the same cut through ``torch.distributed.pipelining`` (lesson 06)
 - ``tensor_parallel`` one block's matrices split across ranks, by hand and with ``parallelize_module`` (lesson 07)
 - ``named_mesh``     one mesh with named axes (data, pipeline, tensor, context, expert): every group (lesson 07)

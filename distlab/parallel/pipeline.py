@@ -35,8 +35,8 @@ from ..models import DTYPES, build_model
 from ..processes.checks import check_int, check_positive
 from ..records import RankRecord
 from . import schedules, stages
-from ..train.step import backward, extra_losses, forward_loss, stage_backward
 from .loop import Done, Run, Strategy, train_steps
+from .pipeline_stage import Stage
 
 
 def check_place(name: str, backend: str, device: str) -> None:
@@ -192,116 +192,6 @@ train.validate_args = validate_args
 # what it runs on (the ``fn.supports`` every launchable training function has): torch.distributed's
 # send/recv on CPU (gloo) or GPU (NCCL); checkpoints and faults through the one loop (loop.py)
 train.supports = frozenset({"torchrun", "cpu", "cuda", "checkpoint", "fault"})
-
-
-class Stage:
-    """What one rank runs: its chunks of the model, the passes of a schedule, and their record.
-
-    ``parts[v]`` is virtual stage ``v`` of the model where this rank holds it (``v % p == rank``),
-    None elsewhere; ``shapes[v]`` the shape of one sample's activation leaving it.
-    """
-
-    def __init__(self, worker, parts, shapes, rank: int, peers: list[int], micro_size: int, group=None, loss=None):
-        self.worker, self.parts, self.shapes, self.rank, self.p = worker, parts, shapes, rank, len(peers)
-        self.loss = loss or type(parts[rank]).loss     # the model's own loss (a function: no model kept)
-        self.peers, self.group = peers, group     # the global rank of each stage; their Group
-        self.micro_size, self.device = micro_size, worker.device
-        self.sent_bytes = 0                       # activations and gradients sent, all steps
-        self.dtype = next(parts[rank].parameters()).dtype
-        self.last = len(parts) - 1            # the virtual stage that computes the loss
-        self.saved: dict[tuple[int, int], tuple] = {}    # (micro, chunk) -> input, output, extra losses
-        self.sending: list = []               # isend requests, completed at the end of the step
-        self.events: list[dict] = []
-
-    # -- messages: activations forward (tag 2v), gradients backward (tag 2v + 1) ------------
-    def _recv(self, step: int, op, virtual: int, src_virtual: int, tag: int) -> torch.Tensor:
-        shape = (self.micro_size, *self.shapes[min(virtual, src_virtual)])
-        buf = torch.empty(shape, dtype=self.dtype, device=self.device)
-        t0 = time.time()
-        self.worker.recv(buf, self.peers[src_virtual % self.p], tag=tag)
-        self._note(step, "recv", op, t0)
-        return buf
-
-    def _send(self, step: int, op, tensor: torch.Tensor, dst_virtual: int, tag: int) -> None:
-        t0 = time.time()
-        tensor = tensor.contiguous()
-        self.sent_bytes += tensor.numel() * tensor.element_size()
-        self.sending.append(self.worker.send(tensor, self.peers[dst_virtual % self.p], tag=tag, async_op=True))
-        self._note(step, "send", op, t0)
-
-    def _note(self, step: int, kind: str, op, t0: float) -> None:
-        self.events.append({"step": step, "kind": kind, "micro": op.micro, "chunk": op.chunk,
-                            "start": t0, "end": time.time(), "held": len(self.saved)})
-
-    # -- the two passes -----------------------------------------------------------------------
-    def forward(self, step: int, op, xs, ys, m: int):
-        v = op.chunk * self.p + self.rank
-        inp = xs[op.micro] if v == 0 else self._recv(step, op, v, v - 1, tag=2 * (v - 1)).requires_grad_()
-        t0 = time.time()
-        result, extra = None, None
-        if v == self.last:          # the loss of the whole batch is the mean of the m micro-batches'
-            y = ys[op.micro]        # (the one micro-step's forward half, train/step.py)
-            out, loss, accuracy = forward_loss(self.parts[v], inp, y, loss=self.loss, share=m)
-            result = (loss / m, accuracy * len(y))
-        else:
-            out = self.parts[v](inp)
-            extra = extra_losses(self.parts[v])      # what its layers add to the loss (experts), now
-        self.saved[(op.micro, op.chunk)] = (inp, out, extra)
-        self._note(step, "F", op, t0)
-        if v != self.last:
-            self._send(step, op, out.detach(), v + 1, tag=2 * v)
-        return result
-
-    def backward(self, step: int, op) -> None:
-        v = op.chunk * self.p + self.rank
-        inp, out, extra = self.saved.pop((op.micro, op.chunk))
-        grad = None if v == self.last else self._recv(step, op, v, v + 1, tag=2 * v + 1)
-        t0 = time.time()
-        if v == self.last:
-            backward(out)            # from the loss: adds this micro-batch's gradients into .grad
-        else:
-            stage_backward(out, grad, extra, share=self.m)
-        self._note(step, "B", op, t0)
-        if v > 0:
-            self._send(step, op, inp.grad, v - 1, tag=2 * (v - 1) + 1)
-
-    def run(self, step: int, ops, xs, ys, m: int) -> tuple[float, int]:
-        """One training step: the schedule's passes in order; returns (loss, correct) where known."""
-        loss, correct, self.m = 0.0, 0, m
-        computes_loss = any(op.chunk * self.p + self.rank == self.last for op in ops)
-        for op in ops:
-            if op.kind == "F":
-                got = self.forward(step, op, xs, ys, m)
-                if got is not None:
-                    loss, correct = loss + got[0], correct + got[1]
-            else:
-                self.backward(step, op)
-        for request in self.sending:
-            request.wait()
-        self.sending.clear()
-        return (loss, correct) if computes_loss else (float("nan"), 0)
-
-    @torch.no_grad()
-    def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        """Test accuracy: the test set forward through every stage once, shared with all ranks."""
-        mine = [part for part in self.parts if part is not None]
-        for part in mine:
-            part.eval()
-        for v in range(self.rank, len(self.parts), self.p):
-            shape = (len(x), *self.shapes[v - 1]) if v else None
-            inp = x if v == 0 else torch.empty(shape, dtype=x.dtype, device=self.device)
-            if v:
-                self.worker.recv(inp, self.peers[(v - 1) % self.p], tag=10_000 + v - 1)
-            out = self.parts[v](inp)
-            if v != self.last:
-                self.worker.send(out, self.peers[(v + 1) % self.p], tag=10_000 + v)
-        accuracy = torch.zeros(1, dtype=torch.float64, device=self.device)
-        if self.last % self.p == self.rank:
-            accuracy[0] = self.loss(out, y)[1]
-        self.worker.broadcast(accuracy, self.peers[self.last % self.p], group=self.group)
-        for part in mine:
-            part.train()
-        return accuracy.item()
 
 
 def merge_params(records: list[RankRecord]) -> dict[str, torch.Tensor]:

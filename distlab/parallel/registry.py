@@ -7,7 +7,7 @@ for each name, the training function (imported only when it is needed, so that r
 config does not import DeepSpeed) and where each of its keyword arguments comes from in the
 config.  Everything else is derived from it, so nothing can lag behind:
 
-* the config's choices of ``parallel.strategy`` (``config.Parallel``);
+* the config's choices of ``parallel.strategy`` (``config_sections.Parallel``);
 * ``RunConfig.call()`` (config -> function and arguments) and ``config.from_launch()``
   (a notebook's call -> config), which read the same ``Arg`` rows in opposite directions;
 * the settings a strategy does not use: a config that sets one is refused, not silently
@@ -100,9 +100,14 @@ class Strategy:
         return {**out, **self.fixed}
 
 
-def _spec_args() -> tuple[Arg, ...]:
-    """Issue 36: a spec strategy reads every config key that names a ``TrainSpec`` field."""
-    return tuple(Arg(flat, f"{section}.{name}") for flat, (section, name) in flat_names().items())
+def _spec_args(skip=()) -> tuple[Arg, ...]:
+    """Issue 36: a spec strategy reads every config key that names a ``TrainSpec`` field, but those in ``skip``
+    (its spec keeps their defaults, and a config that sets them is refused: ``unused_fields``)."""
+    return tuple(Arg(flat, f"{section}.{name}") for flat, (section, name) in flat_names().items() if flat not in skip)
+
+
+# what the five-axis trainer leaves alone: the MLP's data sets, number types and levers
+NOT_THE_TRANSFORMERS = ("dataset", "samples", "data_root", "dtype", "zero_stage", "chunks", "local_steps", "average")
 
 
 def _common(*more: Arg, batch: str = "") -> tuple[Arg, ...]:
@@ -147,7 +152,8 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("deepspeed", "deepspeed_zero:train", "08", "DeepSpeed's ZeRO, stages 0-3",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("stage", "parallel.zero_stage"))),
     Strategy("transformer", "distlab.parallelize.trainer:train", "12-13", "the line transformer (experts too) on "
-             "any data x pipeline x expert x context x tensor mesh", _spec_args(), shares_batch="", spec=True),
+             "any data x pipeline x expert x context x tensor mesh", _spec_args(skip=NOT_THE_TRANSFORMERS),
+             shares_batch="", spec=True),
 )}
 
 
