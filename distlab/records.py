@@ -14,8 +14,10 @@ import torch
 @dataclass
 class StepRecord:
     """One training step on one rank.  Times are ``time.time()`` seconds, comparable across
-    the ranks of one machine.  ``comm_*`` are ``None`` when communication overlaps the
-    backward pass (DistributedDataParallel) and cannot be timed apart from it."""
+    the ranks of one machine (on a GPU read once the device has finished: ``loop.Run.clock``).
+    ``comm_*`` are ``None`` when communication overlaps the backward pass (DistributedDataParallel)
+    and cannot be timed apart from it.  ``flops``: counted by PyTorch's ``FlopCounterMode`` in the
+    first step (the shapes are the same every step), so FLOP/s and MFU can be read off any record."""
 
     step: int
     loss: float
@@ -25,6 +27,7 @@ class StepRecord:
     t_comm_start: float | None
     t_comm_end: float | None
     t_end: float
+    flops: float | None = None    # lesson 05: floating-point operations this rank computed in the step
 
 
 @dataclass
@@ -52,6 +55,8 @@ class RankRecord:
     # checkpoints (lesson 10): the step this life of the run resumed from (None: from the start);
     # ``steps`` then holds only the steps trained since
     resumed_from: int | None = None
+    # lesson 05: the floating-point operations of one step on this rank (``FlopCounterMode``, first step)
+    flops_per_step: float | None = None
     # lesson 05: (step, training seconds so far, test accuracy) every evaluate_every steps
     evaluations: list[tuple[int, float, float]] = field(default_factory=list)
     # lessons 12-13 (``parallelize.watch``): the bytes of every step's collectives inside the blocks; the

@@ -19,7 +19,6 @@ communicating steps carry ``t_comm_start``/``t_comm_end``; the others have ``Non
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
@@ -72,11 +71,11 @@ class LocalSGD(Accumulate):
         run.optimizer.step()                 # a local step: nobody else is involved
         if not self.talks(step):
             return None
-        start = time.time()
+        start = run.clock()
         with torch.no_grad():
             for p in run.model.parameters():
                 self.worker.all_reduce(p.data, op="avg")
-        return start, time.time()
+        return start, run.clock()
 
     def update(self, run: Run, step: int) -> None:
         pass                                 # done in communicate, before the averaging

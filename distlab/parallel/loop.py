@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from ..data import shard_indices
 from ..datasets import load_dataset
@@ -105,6 +106,12 @@ class Run:
     straggler: tuple | None = None   # lesson 04: (rank, seconds) that rank sleeps in every step
     grads_at: set = field(default_factory=set)   # steps whose gradients the record keeps, of
     layers: list = field(default_factory=list)   # these parameters (lessons 01-03)
+
+    def clock(self) -> float:
+        """Lesson 05: now, once this rank's device has done the work queued so far (``time.time()`` after
+        ``Worker.synchronize``): on a GPU the Python that launches kernels runs ahead of them."""
+        self.worker.synchronize()
+        return time.time()
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The images and labels of samples ``idx``: from memory, or made now (lesson 05's distorted digits)."""
@@ -167,14 +174,14 @@ class Strategy:
         # DDP and Horovod average inside backward: compute this rank's own gradient on the side
         local = own_gradients(run.model, x, y, run.layers) if wanted and self.in_backward else None
         self.before_step(run, step)
-        t_start = time.time()
+        t_start = run.clock()
         if step % k == 0:
             run.net.zero_grad(set_to_none=False)   # (Horovod 0.28's optimizer wrapper has no set_to_none)
         # the one micro-step (train/step.py); k > 1: .grad adds up the mean of k micro-batches
         run.loss, run.accuracy = micro_step(run.model, x, y, net=run.net, share=k)
         if run.straggler is not None and run.worker.rank == run.straggler[0]:
             time.sleep(run.straggler[1])
-        t_compute_end = time.time()
+        t_compute_end = run.clock()
         if wanted and local is None:
             local = {n: p.grad.detach().cpu().clone() for n, p in run.model.named_parameters() if n in run.layers}
         comm = self.communicate(run, step)
@@ -231,7 +238,7 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
         run.layers = [n for n, _ in run.model.named_parameters()] if layers is None else list(layers)
     strategy.prepare(run)
     book = Logbook(run, strategy, steps)         # resumes from the newest checkpoint, if any
-    t_first = time.time()
+    t_first = run.clock()
     x_test = y_test = None
     if evaluate_every:
         x_test, y_test = run.data.x_test.to(worker.device), run.data.y_test.to(worker.device)
@@ -242,10 +249,15 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
             for group in run.optimizer.param_groups:
                 group["lr"] = lr_at(step)
         maybe_fail(worker, step)              # the others then wait for this rank in their next message
-        done = strategy.step(run, step, x, y)
-        t_end = time.time()
+        if step == book.first:                # this life's first step: its FLOPs counted (the same every step)
+            with FlopCounterMode(display=False) as counter:
+                done = strategy.step(run, step, x, y)
+            record.flops_per_step = counter.get_total_flops()
+        else:
+            done = strategy.step(run, step, x, y)
+        t_end = run.clock()
         record.steps.append(StepRecord(step, done.loss, done.accuracy, done.start, done.compute_end,
-                                       *(done.comm or (None, None)), t_end))
+                                       *(done.comm or (None, None)), t_end, record.flops_per_step))
         book.step_done(step + 1, loss=done.loss, accuracy=done.accuracy, samples=done.samples or len(idx),
                        step_seconds=t_end - done.start,
                        comm_seconds=done.comm[1] - done.comm[0] if done.comm else None)
@@ -254,7 +266,7 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
             t_eval = time.time()
             record.evaluations.append((step + 1, t_eval - t_first, evaluate(run.model, x_test, y_test)))
             t_first += time.time() - t_eval           # the training clock stops while it evaluates
-    record.wall_time = time.time() - t_first
+    record.wall_time = run.clock() - t_first
     strategy.finish(run)
     book.close(record.test_accuracy)
     return record

@@ -25,7 +25,6 @@ the number of micro-batches whose activations the rank holds after each pass (``
 """
 from __future__ import annotations
 
-import time
 
 import torch
 
@@ -169,12 +168,12 @@ class PipelineSchedule(Strategy):
         self.stage, self.ops, self.m, self.average = stage, ops, micro_batches, average
 
     def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
-        t_start = time.time()
+        t_start = run.clock()
         loss, correct = self.stage.run(step, self.ops, x.chunk(self.m), y.chunk(self.m), self.m)
-        t_compute_end = time.time()
+        t_compute_end = run.clock()
         if self.average is not None:         # lesson 07's mesh: average with the other pipelines
             self.average(run.model)
-        comm = (t_compute_end, time.time()) if self.average is not None else None
+        comm = (t_compute_end, run.clock()) if self.average is not None else None
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=False)
         return Done(loss, correct / len(y), t_start, t_compute_end, comm, samples=len(y) // self.stage.p)

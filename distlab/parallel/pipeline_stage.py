@@ -54,6 +54,7 @@ class Stage:
         self._note(step, "send", op, t0)
 
     def _note(self, step: int, kind: str, op, t0: float) -> None:
+        self.worker.synchronize()             # (on a GPU: the pass's kernels done before its end is read)
         self.events.append({"step": step, "kind": kind, "micro": op.micro, "chunk": op.chunk,
                             "start": t0, "end": time.time(), "held": len(self.saved)})
 

@@ -11,7 +11,6 @@ ranks route tokens to experts in groups of their own, it routes in the same grou
 """
 from __future__ import annotations
 
-import time
 from contextlib import nullcontext
 
 import torch
@@ -65,7 +64,7 @@ class MicroSteps(Strategy):
         self.par, self.m, self.watch = par, micro_batches, watch
 
     def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
-        t_start = time.time()
+        t_start = run.clock()
         if self.watch:
             self.watch.before()
         run.optimizer.zero_grad()
@@ -74,9 +73,9 @@ class MicroSteps(Strategy):
             with self.watch.forward() if self.watch else nullcontext():
                 part_loss, part_accuracy = micro_step(run.model, xs, ys, share=self.m)
             loss, accuracy = loss + part_loss / self.m, accuracy + part_accuracy / self.m
-        t_compute_end = time.time()
+        t_compute_end = run.clock()
         self.par.reducer.reduce()
-        comm = (t_compute_end, time.time())
+        comm = (t_compute_end, run.clock())
         run.optimizer.step()
         if self.watch:
             self.watch.after()
