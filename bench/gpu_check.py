@@ -95,6 +95,22 @@ class Check(NamedTuple):
     settings: object      # world size -> the training function's keyword arguments
     reference: object     # world size -> train_single's (``world_size`` there: the ranks it stands for)
     gather: object        # the ranks' records -> the parameter sets to compare with the reference
+    single: object = None   # (world, device, **reference) -> one process's parameters (default: lesson 01's)
+
+
+def transformer_layout(world: int) -> dict:
+    """Issue 36: the five-axis trainer's layout for ``world`` GPUs: pipeline x expert on 4, context on 2."""
+    return ({4: dict(pipeline=2, expert=2, micro_batches=2, schedule="1f1b"), 2: dict(context=2)}.get(world, {}))
+
+
+def transformer_single(world: int, device: str, **settings):
+    from distlab.parallelize import trainer
+    return trainer.train_single(world_size=world, **settings).params       # (on the CPU: compared there)
+
+
+def assembled(records) -> list[dict]:
+    from distlab.parallelize import trainer
+    return [trainer.assemble(records)]          # the ranks' slices, stages and experts put together
 
 
 # How each strategy is checked; the strategies themselves (name -> training function) are the
@@ -103,6 +119,9 @@ class Check(NamedTuple):
 SGD = dict(MLP, global_batch_size=BATCH)
 MOMENTUM = dict(SGD, optimizer="momentum")
 DEEP = dict(SGD, depth=3)
+# the line transformer with top-2 experts that drop tokens (tests/test_five_axes.py), SGD
+LINES = dict(width=32, depth=2, heads=4, digits=3, experts=4, top_k=2, capacity_factor=1.0, global_batch_size=16,
+             steps=STEPS, lr=LR, optimizer="sgd", data=1, test_lines=32)
 CHECKS = {
     "data": Check(2, lambda w: dict(SGD, method="ddp"), lambda w: SGD, same_everywhere),
     "local_sgd": Check(2, lambda w: dict(MLP, k=2, average="gradients", batch_size=BATCH // 2),  # accumulation:
@@ -117,6 +136,8 @@ CHECKS = {
     "zero": Check(2, lambda w: dict(MOMENTUM, stage=2), lambda w: MOMENTUM, same_everywhere),
     "fsdp": Check(2, lambda w: MOMENTUM, lambda w: MOMENTUM, same_everywhere),
     "deepspeed": Check(2, lambda w: dict(MOMENTUM, stage=2), lambda w: MOMENTUM, same_everywhere),
+    "transformer": Check(4, lambda w: dict(LINES, **transformer_layout(w)),
+                         lambda w: dict(LINES, **transformer_layout(w)), assembled, transformer_single),
 }
 
 
@@ -144,9 +165,10 @@ def run_one(name: str, device: str, world: int) -> dict:
     records = distlab.launch(function(name), world_size=world, device=device, progress="none", warm=False,
                              timeout=60, **kwargs)
     ref_world = ref_kwargs.pop("world_size", world)
-    ref = {k: v.cpu() for k, v in reference(ref_world, device, **ref_kwargs).items()}
+    ref = {k: v.cpu() for k, v in (check.single or reference)(ref_world, device, **ref_kwargs).items()}
     diffs = [distlab.max_param_difference({k: v.cpu() for k, v in p.items()}, ref) for p in check.gather(records)]
     shape = " (" + " x ".join(f"{a} {n}" for a, n in mesh_shape(world).items()) + ")" if name == "3d" else ""
+    shape = f" ({transformer_layout(world) or 'one rank'})" if name == "transformer" else shape
     return dict(diff=max(diffs), compared=len(diffs), where=f"{world} rank(s){shape}, {STEPS} steps, "
                 f"{sum(p.numel() for p in ref.values())} parameters")
 
