@@ -6,6 +6,8 @@ world size trains every schedule and the library's pipelining on the same cut of
 each must end with the parameters of one process training the whole model on the whole
 batch (``train_single``), and each rank's timeline must follow its schedule.
 """
+import math
+
 import pytest
 import torch
 import workers
@@ -15,7 +17,7 @@ from distlab.models import build_model
 from distlab.parallel import data_parallel as dp
 from distlab.parallel import pipeline, schedules, stages
 from distlab.parallel.schedules import Op
-from distlab.predict import bubbles
+from distlab.predict import bubbles, traffic
 from distlab.predict.flops import layer_costs
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
@@ -185,6 +187,13 @@ def test_each_rank_ran_its_schedule_and_held_what_it_says(runs, p, name):
             assert kinds.count("recv") == kinds.count("send") == expected
     if kwargs.get("schedule") == "1f1b":
         assert [max(e["held"] for e in r.events) for r in runs[p][name]] == [min(p - s, m) for s in range(p)]
+    # the bytes each rank sent per step: its stages' outputs forward, their inputs' gradients backward
+    config = runs[p][name][0].config
+    model = build_model(config["model"], config["width"], depth=config["depth"])
+    sample = torch.zeros(1, 1, 8, 8)
+    numbers = [math.prod(s) for s in stages.boundary_shapes(stages.split(model, p * v, sample), sample)]
+    assert [r.traffic["pipeline"] for r in runs[p][name]] == [traffic.pipeline_bytes(BATCH, numbers, rank, p)
+                                                             for rank in range(p)]
 
 
 def test_naive_model_parallelism_one_stage_works_at_a_time(runs):

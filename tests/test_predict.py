@@ -160,6 +160,13 @@ def test_the_ring_closed_forms_come_from_the_ring_schedule(world):
         alpha_beta.predict_time("ring", world, numel, link), rel=1e-12)
 
 
+def test_pipeline_bytes_are_each_stages_output_forward_and_input_gradient_backward():
+    # 4 virtual stages on 2 ranks (interleaved): rank 0 holds stages 0 and 2, rank 1 stages 1 and 3
+    assert traffic.pipeline_bytes(8, [5, 6, 7, 10], 0, 2) == 8 * (5 + (7 + 6)) * 4
+    assert traffic.pipeline_bytes(8, [5, 6, 7, 10], 1, 2) == 8 * ((6 + 5) + 7) * 4
+    assert traffic.pipeline_bytes(8, [64, 10], 1) == 8 * 64 * 4          # the last stage: gradients only
+
+
 def test_context_parallel_bytes_count_the_ring_hops():
     piece = 8 * (512 // 4) * 64 * 4                      # K or V of one rank's piece, 4 ranks
     ring = traffic.context_parallel_bytes(8, 512, 64, 4, layers=2)

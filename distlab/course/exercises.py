@@ -213,7 +213,7 @@ def held_on_first_stage(answer, stages: int, micro_batches: int) -> bool | None:
 
 def activation_bytes(answer, batch: int, width: int, micro_batches: int, itemsize: int = 4) -> bool | None:
     """Lesson 06: bytes stage 0 of a 2-stage split of the MLP sends per step (its activations)."""
-    expected = batch * width * itemsize
+    expected = traffic.pipeline_bytes(batch, [width, 10], 0, itemsize=itemsize)
     return check("bytes stage 0 sends", answer, expected, hints={
         batch * width * itemsize // micro_batches: "that is one micro-batch; a step sends all m of them.",
         batch * width: "in bytes: each float32 number is 4 bytes.",

@@ -1,13 +1,16 @@
-"""The bytes a training step moves, axis by axis: data, tensor, sequence, context and expert.
+"""The bytes a training step moves, axis by axis: data, pipeline, tensor, sequence, context, expert.
 
-Introduced in lesson 07 (tensor parallelism's bytes next to data parallelism's); lesson 05 reads
-the gradient's bytes, lesson 08 ZeRO's (``memory.zero_volume`` sits with its memory), lesson 12 the
-transformer's tensor, sequence and context parallelism, lesson 13 the experts' all-to-all.  What
-a ring sends on the wire comes from ``alpha_beta.ring_bytes``, the ring's one schedule.
+Introduced in lesson 07 (tensor parallelism's bytes next to data parallelism's and the
+pipeline's); lesson 05 reads the gradient's bytes, lesson 06 the pipeline's, lesson 08 ZeRO's
+(``memory.zero_volume``, beside its memory), lesson 12 the transformer's tensor, sequence and
+context parallelism, lesson 13 the experts' all-to-all.  What a ring sends on the wire comes from
+``alpha_beta.ring_bytes``, the ring's one schedule.
 
 * **data**: every rank all-reduces its whole gradient, one number per parameter, whatever the
   batch (Li et al. 2020, "PyTorch Distributed: experiences on accelerating data parallel
   training").
+* **pipeline**: each stage sends its activations forward and its input's gradient backward, once
+  per sample whatever the micro-batches.
 * **tensor** (Megatron-LM, Shoeybi et al. 2019, section 3 and figure 3): each split region ends in
   one all-reduce of its output forward (``g``) and begins with one of its input's gradient
   backward (``f``): an activation's bytes each, growing with the batch, not with the model.
@@ -35,6 +38,20 @@ def gradient_bytes(model: str, width: int, dtype: str = "float32", depth: int = 
     """Lesson 05 (and 07): the bytes each rank passes to data parallelism's all-reduce every step:
     one number per parameter of the course's ``model``."""
     return count_parameters(build_model(model, width, depth=depth)) * DTYPES[dtype].itemsize
+
+
+def pipeline_bytes(batch: int, boundaries: list[int], rank: int, ranks: int | None = None, itemsize: int = 4) -> int:
+    """Lesson 06 (and 07): the bytes pipeline rank ``rank`` sends per step: each of its stages sends its
+    output forward (``batch x`` the numbers one sample leaves it with, ``boundaries[k]``, as
+    ``parallel.stages.boundary_shapes`` gives them) and the gradient of its input backward, the first
+    stage no gradient and the last no output (GPipe, Huang et al. 2019).  With the interleaved
+    schedule rank r holds stages r, r + ranks, ... of ``len(boundaries)``; micro-batches only cut
+    the batch into pieces, the bytes stay."""
+    ranks = ranks or len(boundaries)
+    last = len(boundaries) - 1
+    numbers = sum((boundaries[k] if k < last else 0) + (boundaries[k - 1] if k > 0 else 0)
+                  for k in range(rank, len(boundaries), ranks))
+    return batch * numbers * itemsize
 
 
 def tensor_parallel_bytes(batch: int, width: int, *, tokens: int = 1, regions: int = 1, itemsize: int = 4,
