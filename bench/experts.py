@@ -10,7 +10,7 @@ experts and a router (``parallelize.trainer``), lines of 3 digits:
   divides an expert's near-zero gradient by its own size.  Printed before it: whether every step kept
   the same tokens at every expert of every block as one process did.
 - ``all_to_all_bytes_vs_formula``: the bytes that arrived from other ranks per step (all ranks, forward
-  and backward: ``measure.measured_bytes``, the mean over the steps) over ``measure.all_to_all_bytes``
+  and backward: ``measure.measured_bytes``, the mean over the steps) over ``predict.traffic.all_to_all_bytes``
   (an even spread of each rank's tokens over the experts, at most the capacity kept, (n - 1)/n of them
   crossing, four times), at the lesson's sizes (``LESSON``, 4 ranks).  Goal within 0.9..1.1.  A count,
   not a time: it is taken from every timed run below (by hand and library alike), and they agree.
@@ -58,6 +58,7 @@ import torch
 import distlab
 from distlab.experts import measure
 from distlab.parallelize import trainer
+from distlab.predict import traffic
 from scripts.goals import goal
 
 MESH = dict(data=1, expert=-1)      # every rank an expert rank
@@ -126,7 +127,7 @@ def main() -> int:
          f"{RANKS} ranks, all-to-all by hand, top-{EP['top_k']}, {EP['steps']} SGD steps against one process")
 
     tokens = LESSON["global_batch_size"] // RANKS * LESSON["digits"] * 16
-    formula = measure.all_to_all_bytes(tokens, LESSON["width"], LESSON["top_k"], LESSON["experts"],
+    formula = traffic.all_to_all_bytes(tokens, LESSON["width"], LESSON["top_k"], LESSON["experts"],
                                        LESSON["capacity_factor"], RANKS, LESSON["depth"])
     rounds, wire, per_step = timed_runs(RANKS, ROUNDS, formula)
     print(f"bytes from other ranks per step / formula ({formula / 2**20:.3f} MiB, {tokens} tokens a rank): "

@@ -17,10 +17,10 @@ On real ranks (torchrun, CPU), the causal line reader on lines of ``DIGITS`` dig
   4 ranks.  Goal <= 0.75.
 - ``tp_sp_bytes_vs_formula``: the bytes that really crossed the loopback interface per step
   (``/proc/net/dev``, a long run minus a short one, so start-up and the test evaluation cancel),
-  2 ranks, over ``sequence.tensor_parallel.wire_bytes`` (ring collectives: an all-reduce sends
+  2 ranks, over ``predict.traffic.tensor_parallel_wire_bytes`` (ring collectives: an all-reduce sends
   2(n-1)/n of its tensor, a reduce-scatter or all-gather (n-1)/n), for TP and for TP+SP; the GOAL
   is the one further from 1.  Goal within 0.9..1.1.
-- ``activation_bytes_model_vs_measured``: ``sequence.memory.predicted_activation_bytes`` (the
+- ``activation_bytes_model_vs_measured``: ``predict.activations.transformer_activation_bytes`` (the
   Korthikanti-style model) over what rank 0 really kept for backward (``SavedTensors``), for no
   split, TP, TP+SP, CP with the ring and CP with all-gathered K and V on 2 ranks; the GOAL is the
   one further from 1.  Goal within 0.9..1.1.  The model and the count are deterministic: one round.
@@ -31,9 +31,10 @@ each GOAL is the median; the counted figures (memory, differences) are the same 
 import sys
 
 import distlab
+from distlab.predict import traffic
+from distlab.predict.activations import transformer_activation_bytes
 from distlab.sequence import tensor_parallel as tp
 from distlab.parallelize import trainer
-from distlab.sequence.memory import predicted_activation_bytes
 from distlab.sequence.transformer import TransformerConfig, build_transformer
 from scripts.goals import goal
 from scripts.wire import loopback_bytes
@@ -101,8 +102,9 @@ def main() -> int:
     wire = {False: [], True: []}
     for _ in range(ROUNDS):
         for sp in wire:
-            predicted = 2 * tp.wire_bytes(MODEL["global_batch_size"], DIGITS * 16, MODEL["width"], MODEL["depth"],
-                                          2, sequence_parallel=sp, token_params=token_params(sp) if sp else 0)
+            predicted = 2 * traffic.tensor_parallel_wire_bytes(
+                MODEL["global_batch_size"], DIGITS * 16, MODEL["width"], MODEL["depth"], 2, sequence_parallel=sp,
+                token_params=token_params(sp) if sp else 0)
             wire[sp].append(wire_per_step(tensor=2, sequence_parallel=sp) / predicted)
     for sp, rounds in wire.items():
         print(f"{'TP + SP' if sp else 'TP'}: loopback bytes per step / formula, rounds "
@@ -121,10 +123,10 @@ def main() -> int:
             measured = distlab.launch(trainer.train, 2, progress="none", warm=True, steps=1,
                                       **dict(MODEL, **settings))[0].activation_bytes
             mesh = settings
-        predicted = predicted_activation_bytes(cfg, MODEL["global_batch_size"], DIGITS * 16,
-                                               tensor=mesh.get("tensor", 1), context=mesh.get("context", 1),
-                                               sequence_parallel=mesh.get("sequence_parallel", False),
-                                               attention=mesh.get("attention", "ring"))["total"]
+        predicted = transformer_activation_bytes(cfg, MODEL["global_batch_size"], DIGITS * 16,
+                                                 tensor=mesh.get("tensor", 1), context=mesh.get("context", 1),
+                                                 sequence_parallel=mesh.get("sequence_parallel", False),
+                                                 attention=mesh.get("attention", "ring"))["total"]
         ratios[name] = predicted / measured
         print(f"activations per rank, {name}: predicted {predicted / 2**20:.3f} MiB, "
               f"measured {measured / 2**20:.3f} MiB")

@@ -21,9 +21,9 @@ import sys
 import time
 
 import distlab
-from distlab.measure import memory_model as M
 from distlab.models import build_model, count_parameters
 from distlab.parallel import deepspeed_zero, fsdp, zero
+from distlab.predict import memory as M
 from scripts.goals import goal
 
 SETTINGS = dict(model="mlp", width=1024, global_batch_size=64, steps=3, lr=0.01)

@@ -32,6 +32,8 @@ from distlab.measure import ceiling
 from distlab.parallel import data_parallel as dp
 from distlab.parallel import pipeline, schedules
 from distlab.parallel import tensor_parallel as T
+from distlab.predict import traffic
+from distlab.predict.bubbles import bubble_fraction
 from scripts.goals import goal
 from scripts.wire import loopback_bytes
 
@@ -61,7 +63,7 @@ def bubbles(rounds: int) -> dict:
             records = run_pipeline(2, schedule, m)
             measured = statistics.median(schedules.bubble(pipeline.timeline(records, s))
                                          for s in range(SKIP, STEPS))
-            out[schedule, m].append(measured / schedules.bubble_fraction(2, m))
+            out[schedule, m].append(measured / bubble_fraction(2, m))
         print(f"round {i}: " + ", ".join(f"{s} m={m} {v[-1]:.2f}" for (s, m), v in out.items()), flush=True)
     return out
 
@@ -104,8 +106,8 @@ def wire_bytes_per_step(fn, **kwargs) -> float:
 
 def wire(rounds: int) -> list[float]:
     b, w = WIRE["global_batch_size"], WIRE["width"]
-    tp_predicted = 2 * 2 * b * w * 4              # 2 all-reduces x 2 ranks x the tensor once each
-    dp_predicted = 2 * T.data_parallel_bytes(w)   # 1 all-reduce of every gradient x 2 ranks
+    tp_predicted = 2 * sum(traffic.tensor_parallel_bytes(b, w).values())   # 2 all-reduces x 2 ranks, once each
+    dp_predicted = 2 * traffic.gradient_bytes("mlp", w, depth=3)          # 1 all-reduce of every gradient x 2 ranks
     ratios, dp_ratios = [], []
     for i in range(rounds):
         tp = wire_bytes_per_step(T.train, **WIRE)
@@ -130,7 +132,7 @@ def main() -> int:
     for (schedule, m), values in bubble.items():
         goal(f"pipeline_bubble_ratio_{schedule}_m{m}", values, "within", (0.75, 1.25))
     med = {k: statistics.median(v) for k, v in speed.items()}
-    bound = 2 * (1 - schedules.bubble_fraction(2, 8))
+    bound = 2 * (1 - bubble_fraction(2, 8))
     print(f"REPORT compute_ceiling_2_ranks {med['ceiling']:.3f} (2 ranks multiplying "
           f"{MODEL['global_batch_size'] // 8}x{MODEL['width']} by {MODEL['width']}x{MODEL['width']} with no "
           f"communication, work per second over 1 rank; 2.0 = two independent cores)")

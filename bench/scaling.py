@@ -39,6 +39,7 @@ import warnings
 
 import distlab
 from distlab.measure import scaling, speedup
+from distlab.predict import flops
 from scripts.goals import goal
 
 BEST, PROBE, WORST = speedup.REGIMES["best"], speedup.REGIMES["probe"], speedup.REGIMES["worst"]
@@ -83,7 +84,7 @@ def bench() -> None:
         s, s2 = med[name(cfg)]
         print(f"{name(cfg):>14}: 2 ranks x 1 thread = {s:.2f}x 1 process x 1 thread, "
               f"{s2:.2f}x 1 process x 2 threads; FLOPs/byte "
-              f"{speedup.compute_per_byte(cfg['model'], cfg['width'], cfg['global_batch_size'] // 2):.0f}")
+              f"{flops.compute_per_byte(cfg['model'], cfg['width'], cfg['global_batch_size'] // 2):.0f}")
     print(f"REPORT speedup_2x1_vs_1x2 {med[name(BEST)][1]:.2f} (config {name(BEST)}; one process using both "
           "cores, no all-reduce)")
     print(f"REPORT speedup_2x1_vs_1x1_probe {med[name(PROBE)][0]:.2f} (config {name(PROBE)})")

@@ -12,8 +12,15 @@ The package is laid out by role; every module names the lesson that introduces i
                   (data parallelism, lesson 01; local and asynchronous SGD, lesson 04; pipelines,
                   lesson 06; tensor parallelism and the named mesh, lesson 07; ZeRO, lesson 08),
                   and the registry a run config reads its strategies from
-- ``comm/``       hand-written all-reduces and the alpha-beta model of their cost (lesson 03)
-- ``measure/``    speedup measured on real ranks, and the models that explain it (lesson 05)
+- ``train/``      the engine every training runs on: one settings object (``TrainSpec``), the one
+                  micro-step, the one gradient reducer (lessons 01, 12, 13)
+- ``parallelize/`` one model split over the named mesh by ordered transforms (tensor, context, expert,
+                  pipeline), and the line transformer trained on all five axes (lessons 12-13)
+- ``comm/``       hand-written all-reduces, and the alpha-beta model fitted to this machine (lesson 03)
+- ``measure/``    speedup and memory measured on real ranks, and the fits that explain them (lessons 05, 08)
+- ``predict/``    every formula of the course, in one place: the cost of the collectives, speedup, FLOPs,
+                  the pipeline cut and its bubbles, bytes per step and memory per rank on every axis
+                  (lessons 03-13); it depends on the core alone
 - ``cluster/``    one run config and what carries it to a cluster: ``distlab run``, job files for
                   Azure ML, SLURM, Kubernetes and Vertex AI, two "nodes" on one machine (lesson 09)
 - ``long_runs/``  long jobs (lesson 10): what every rank writes down each step (and, when asked, to
@@ -24,7 +31,7 @@ The package is laid out by role; every module names the lesson that introduces i
                   heads (tensor and sequence parallelism) and by the line (context parallelism, ring
                   attention), and the activation memory each split keeps (lesson 12)
 - ``experts/``    mixtures of experts: the layer with its router, capacity and balancing losses, its
-                  experts spread over ranks with all-to-all, the line reader trained with them, and
+                  experts spread over ranks with all-to-all, and
                   what the ranks' records tell: bytes, balance, who waited (lesson 13)
 - ``widgets/``    the lessons' pictures, drawn only from records
 - ``doctor``, ``cli``   what this machine can do (lesson 00), and ``distlab`` in a terminal

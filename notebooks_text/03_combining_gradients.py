@@ -20,6 +20,7 @@ import inspect
 
 import distlab
 from distlab.comm import collective_runs, collectives, cost_model, measure_costs
+from distlab.predict import alpha_beta
 from distlab.parallel.data_parallel import train, train_single
 from distlab.widgets import collectives as pictures, costs
 from distlab.models import build_model
@@ -128,8 +129,8 @@ exercises.ring_bytes(my_answer, world_size=4, numel=1_000_000)
 # %%
 numel = 1_000_000
 for n in (2, 4, 16, 64):
-    ring = max(cost_model.bytes_per_rank("ring", n, numel)) / (4 * numel)
-    server = max(cost_model.bytes_per_rank("parameter_server", n, numel)) / (4 * numel)
+    ring = max(alpha_beta.bytes_per_rank("ring", n, numel)) / (4 * numel)
+    server = max(alpha_beta.bytes_per_rank("parameter_server", n, numel)) / (4 * numel)
     print(f"N = {n:2}: busiest ring rank sends {ring:.2f} tensors, the server {server:.0f}")
 
 # %% [markdown]
@@ -220,7 +221,7 @@ costs.cost_explorer(link, [measured], world_size=2, numel=1_000_000)
 # for 100 million? Put your answers in the cell.
 
 # %%
-cluster = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
+cluster = alpha_beta.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
 print("algorithms:", ", ".join(collectives.ALGORITHMS))
 answer = dict(fastest_small=..., fastest_big=...)   # names from the list above
 

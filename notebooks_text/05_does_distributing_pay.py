@@ -23,6 +23,8 @@ import time
 import warnings
 
 from distlab.measure import large_batch, scaling, speedup
+from distlab.predict import alpha_beta, flops, traffic
+from distlab.predict import speedup as predicted
 from distlab.parallel import data_parallel
 from distlab.widgets import speedup as pictures
 from distlab.widgets.display import show
@@ -51,12 +53,12 @@ print(f"{'regime':<7}{'configuration':<24}{'gradient':>10}{'FLOPs/sample':>14}{'
 for name, cfg in REGIMES.items():
     per_rank = cfg["global_batch_size"] // 2
     print(f"{name:<7}{cfg['model'] + str(cfg['width']) + ', global batch ' + str(cfg['global_batch_size']):<24}"
-          f"{speedup.gradient_bytes(cfg['model'], cfg['width']) / 1e3:>8.0f}kB"
-          f"{3 * speedup.flops_per_sample(cfg['model'], cfg['width']):>14,}"
-          f"{speedup.compute_per_byte(cfg['model'], cfg['width'], per_rank):>22,.0f}")
+          f"{traffic.gradient_bytes(cfg['model'], cfg['width']) / 1e3:>8.0f}kB"
+          f"{3 * flops.flops_per_sample(cfg['model'], cfg['width']):>14,}"
+          f"{flops.compute_per_byte(cfg['model'], cfg['width'], per_rank):>22,.0f}")
 
 # %%
-intensity = {name: speedup.compute_per_byte(cfg["model"], cfg["width"], cfg["global_batch_size"] // 2)
+intensity = {name: flops.compute_per_byte(cfg["model"], cfg["width"], cfg["global_batch_size"] // 2)
              for name, cfg in REGIMES.items()}
 print(f"the CNN does {intensity['best'] / intensity['worst']:,.0f} times the small MLP's FLOPs per byte of gradient")
 
@@ -240,8 +242,8 @@ for name in ("worst", "best"):
     mine = {r["world_size"]: r for r in speedup.speedups(all_rows) if speedup.config_key(r) == key}
     s = speedup.fit_amdahl([2], [mine[2]["speedup"]])
     for n in (2, 4):
-        print(f"{name:<7}{s:>9.2f}{n:>3}{mine[n]['speedup']:>10.2f}{speedup.amdahl_speedup(n, s):>8.2f}"
-              f"{speedup.predicted_speedup(mine[1], n, alpha, beta):>12.2f}")
+        print(f"{name:<7}{s:>9.2f}{n:>3}{mine[n]['speedup']:>10.2f}{predicted.amdahl_speedup(n, s):>8.2f}"
+              f"{predicted.predicted_speedup(mine[1], n, alpha, beta):>12.2f}")
 
 # %% [markdown]
 # At N = 2 Amdahl matches by construction (one point, one unknown). The alpha-beta column is a
@@ -262,8 +264,8 @@ print(f"\n{'regime':<7}{'measured (repeats)':>22}{'alpha-beta, compute / 2':>26}
 for name in REGIMES:
     one, r = regime_rows(name)[1], two_ranks[name]
     print(f"{name:<7}{r['speedup']:>8.2f} ({r['speedup_lo']:.2f} to {r['speedup_hi']:.2f})"
-          f"{speedup.predicted_speedup(one, 2, alpha, beta):>26.2f}"
-          f"{speedup.predicted_speedup(one, 2, alpha, beta, compute_s=r['compute_s']):>31.2f}")
+          f"{predicted.predicted_speedup(one, 2, alpha, beta):>26.2f}"
+          f"{predicted.predicted_speedup(one, 2, alpha, beta, compute_s=r['compute_s']):>31.2f}")
 course_results.remember("05", compute_ratio_2_ranks={name: c["median"] for c in compute for name, cfg in REGIMES.items()
                                                      if c["key"] == speedup.config_key(dict(cfg, scaling="strong"))})
 
@@ -409,14 +411,14 @@ for name, r in (("worst", worst), ("best", best)):
 # The small MLP's step is dominated by its all-reduce. With the `alpha` and `beta` fitted in
 # section 4, predict how long **one** step's all-reduces would take on **8** ranks (one per
 # core of a bigger machine): the MLP of width 64 has `k = 6` parameter tensors and
-# `speedup.gradient_bytes("mlp", 64)` bytes of gradient. Use the formula
+# `traffic.gradient_bytes("mlp", 64)` bytes of gradient. Use the formula
 # `2(N-1) k alpha + 2(N-1)/N n beta`, then compare with the compute one rank would have left
 # (a 64-sample global batch split 8 ways).
 
 # %%
 from distlab.course import exercises
 
-n_bytes = speedup.gradient_bytes("mlp", 64)
+n_bytes = traffic.gradient_bytes("mlp", 64)
 answer = ...     # <- your formula, in seconds, using alpha, beta and n_bytes
 
 exercises.allreduce_on_eight(answer, n_bytes, messages=6, alpha=alpha, beta=beta)
@@ -428,7 +430,7 @@ exercises.allreduce_on_eight(answer, n_bytes, messages=6, alpha=alpha, beta=beta
 # %% tags=["nbval-ignore-output"]
 for label, a in (("fitted inside training", alpha), ("idle ping-pong", idle_alpha)):
     print(f"alpha {label:>22} ({a * 1e6:5.0f} us): all-reduce on 8 ranks "
-          f"{speedup.allreduce_seconds(n_bytes, 8, a, beta, messages=6) * 1e3:7.2f} ms per step")
+          f"{alpha_beta.all_reduce_seconds(n_bytes, 8, a, beta, messages=6) * 1e3:7.2f} ms per step")
 print(f"compute per rank at 8 ranks: about {worst[1]['compute_s'] / 8 * 1e3:.3f} ms per step")
 
 # %% [markdown]

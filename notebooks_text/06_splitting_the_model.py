@@ -28,6 +28,7 @@ import torch
 import distlab
 from distlab.models import build_model, count_parameters
 from distlab.parallel import data_parallel, pipeline, schedules, stages, torch_pipeline
+from distlab.predict import bubbles, flops
 from distlab.widgets import pipeline as pictures
 from distlab.widgets.display import show
 
@@ -46,13 +47,13 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 # distlab's models are `nn.Sequential` stacks, so a part of a model is a run of consecutive
 # layers, and giving each rank one such part (a **stage**) is slicing. Where to cut? A
 # pipeline moves at the pace of its slowest stage, so the cut should share out the *work*:
-# `stages.layer_costs` counts the multiply-adds each layer does for one sample, and
+# `flops.layer_costs` counts the multiply-adds each layer does for one sample, and
 # `stages.split` picks the cut whose busiest stage does the least.
 
 # %%
 model = build_model("mlp", SETUP["width"], depth=SETUP["depth"])
 sample = torch.zeros(1, 1, 8, 8)
-costs = stages.layer_costs(model, sample)
+costs = flops.layer_costs(model, sample)
 for (name, layer), cost in zip(model.named_children(), costs):
     print(f"{name:>8}: {cost:>7,} multiply-adds per sample")
 starts = stages.cut_points(model, 2, sample)
@@ -229,7 +230,7 @@ for m in (4, 8):
 for name, v in (("1f1b", 1), ("interleaved", 2)):
     predicted = schedules.simulate(schedules.schedule(name, 2, 4, v), forward=1 / v, backward=2 / v)
     print(f"{name:>11}, 2 ranks, m = 4, {v} chunk(s) per rank: simulated bubble {schedules.bubble(predicted):.0%}, "
-          f"formula {schedules.bubble_fraction(2, 4, v):.0%}")
+          f"formula {bubbles.bubble_fraction(2, 4, v):.0%}")
 interleaved = distlab.launch(pipeline.train, world_size=2, schedule="interleaved", chunks=2, micro_batches=4,
                              steps=STEPS, progress="none", **SETUP)
 assert distlab.max_param_difference(pipeline.merge_params(interleaved), one_process.params) <= 1e-6

@@ -25,6 +25,7 @@ import torch
 import distlab
 from distlab.models import build_model
 from distlab.parallel import data_parallel, mesh, pipeline, tensor_parallel
+from distlab.predict import traffic
 from distlab.widgets import mesh as pictures
 from distlab.widgets.display import show
 
@@ -95,8 +96,8 @@ print(f"after {STEPS} steps the slices, put together, are the parameters of one 
 
 # %%
 print("measured per step:", split[0].traffic)
-print("predicted:        ", tensor_parallel.predicted_bytes(128, 256))
-assert split[0].traffic == tensor_parallel.predicted_bytes(128, 256)
+print("predicted:        ", traffic.tensor_parallel_bytes(128, 256))
+assert split[0].traffic == traffic.tensor_parallel_bytes(128, 256)
 
 # %% [markdown]
 # **Against data parallelism.** Data parallelism all-reduces every gradient once per step: a
@@ -105,9 +106,9 @@ assert split[0].traffic == tensor_parallel.predicted_bytes(128, 256)
 # passes, where nothing else can run meanwhile. Here is the comparison for this model:
 
 # %%
-dp_bytes = tensor_parallel.data_parallel_bytes(256)
+dp_bytes = traffic.gradient_bytes("mlp", 256, depth=3)
 for batch in (16, 128, 1024):
-    tp = sum(tensor_parallel.predicted_bytes(batch, 256).values())
+    tp = sum(traffic.tensor_parallel_bytes(batch, 256).values())
     print(f"batch {batch:>5}: tensor parallel {tp / 1e3:>8.0f} kB per step, data parallel {dp_bytes / 1e3:.0f} kB "
           f"({tp / dp_bytes:.2f}x)")
 

@@ -23,9 +23,10 @@ import json
 
 import distlab
 from distlab.data import load_digits
-from distlab.measure import memory_held, memory_model
+from distlab.measure import memory_held
 from distlab.models import build_model, count_parameters
 from distlab.parallel import data_parallel, deepspeed_zero, fsdp, zero
+from distlab.predict import activations, memory
 from distlab.widgets import memory as pictures
 from distlab.widgets.display import show
 
@@ -61,9 +62,9 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 # %%
 params = count_parameters(build_model("mlp", 256))
 print(f"the MLP at width 256: {params:,} parameters")
-for stage in memory_model.STAGES:
-    m = memory_model.per_rank(params, 2, stage=stage, optimizer="adam", precision="fp32")
-    print(f"stage {stage} ({memory_model.STAGE_NAMES[stage]:>32}): {m.total / 1e6:.3f} MB per rank "
+for stage in memory.STAGES:
+    m = memory.per_rank(params, 2, stage=stage, optimizer="adam", precision="fp32")
+    print(f"stage {stage} ({memory.STAGE_NAMES[stage]:>32}): {m.total / 1e6:.3f} MB per rank "
           f"= params {m.params / 1e6:.3f} + grads {m.grads / 1e6:.3f} + optimizer {m.optimizer / 1e6:.3f}")
 
 # %% [markdown]
@@ -71,9 +72,9 @@ for stage in memory_model.STAGES:
 # 7.5 billion parameters, 64 ranks, Adam in mixed precision.
 
 # %%
-paper = memory_model.zero_paper_example()
+paper = memory.zero_paper_example()
 print("per rank, GB:", {stage: round(gb, 1) for stage, gb in paper.items()})
-assert [round(paper[s], 1) for s in memory_model.STAGES] == [120.0, 31.4, 16.6, 1.9]
+assert [round(paper[s], 1) for s in memory.STAGES] == [120.0, 31.4, 16.6, 1.9]
 
 # %% [markdown]
 # How much does each stage give back? Stage 1 divides the K bytes of optimizer state by N,
@@ -85,8 +86,8 @@ assert [round(paper[s], 1) for s in memory_model.STAGES] == [120.0, 31.4, 16.6, 
 # %%
 def saved(n, precision, stage):
     """The fraction of plain data parallelism's bytes per rank that ZeRO's ``stage`` gives back."""
-    plain = memory_model.per_rank(params, n, stage=0, optimizer="adam", precision=precision).total
-    return 1 - memory_model.per_rank(params, n, stage=stage, optimizer="adam", precision=precision).total / plain
+    plain = memory.per_rank(params, n, stage=0, optimizer="adam", precision=precision).total
+    return 1 - memory.per_rank(params, n, stage=stage, optimizer="adam", precision=precision).total / plain
 
 
 for n, precision in ((2, "fp32"), (64, "mixed")):
@@ -120,9 +121,9 @@ pictures.memory_calculator({"our MLP (width 256)": params})
 runs = distlab.launch(fsdp.every_stage, world_size=2, steps=STEPS, progress="none", **SETUP)
 
 # %%
-for stage in memory_model.STAGES:
+for stage in memory.STAGES:
     records = [r[stage] for r in runs]
-    predicted = memory_model.per_rank(params, 2, stage=stage, optimizer="adam", precision="fp32").as_dict()
+    predicted = memory.per_rank(params, 2, stage=stage, optimizer="adam", precision="fp32").as_dict()
     print(f"stage {stage}: {pictures.ratio_line(records, predicted)}")
     for r in records:
         for category in ("params", "grads", "optimizer"):
@@ -134,7 +135,7 @@ from distlab.course import results as course_results
 
 course_results.remember("08", world_size=2, parameters=params,          # for lesson 11
                         bytes_held_by_rank_0={stage: sum(runs[0][stage].memory.values())
-                                              for stage in memory_model.STAGES})
+                                              for stage in memory.STAGES})
 
 # %% [markdown]
 # The ranks hold what the model says, to the byte or nearly: a shard is rounded up so that N
@@ -144,8 +145,8 @@ course_results.remember("08", world_size=2, parameters=params,          # for le
 
 # %% tags=["nbval-ignore-output"]
 for stage in (0, 3):
-    predicted = memory_model.per_rank(params, 2, stage=stage, optimizer="adam", precision="fp32").as_dict()
-    show(pictures.compare_figure([r[stage] for r in runs], predicted, title=memory_model.STAGE_NAMES[stage]))
+    predicted = memory.per_rank(params, 2, stage=stage, optimizer="adam", precision="fp32").as_dict()
+    show(pictures.compare_figure([r[stage] for r in runs], predicted, title=memory.STAGE_NAMES[stage]))
 
 # %% [markdown]
 # Sharding must not change what is learned: every stage must end with the parameters of one
@@ -154,7 +155,7 @@ for stage in (0, 3):
 # %%
 one_process = data_parallel.train_single(world_size=2, steps=STEPS, record_grads_at=(), **SETUP)
 gaps = {stage: max(distlab.max_param_difference(r[stage].params, one_process.params) for r in runs)
-        for stage in memory_model.STAGES}
+        for stage in memory.STAGES}
 for stage, gap in gaps.items():
     print(f"stage {stage}: every rank's parameters within 1e-5 of one process's: {gap <= 1e-5}")
     assert gap <= 1e-5
@@ -195,8 +196,8 @@ print(f"overlapped stage 2: parameters within 1e-6 of the naive one, the same by
 # stages 0 to 2, 3(N-1)/N Ψ for stage 3 (at N = 2, the 0.5 Ψ pieces below).
 
 # %%
-for stage in memory_model.STAGES:
-    v = memory_model.volume(params, 2, stage=stage, precision="fp32")
+for stage in memory.STAGES:
+    v = memory.zero_volume(params, 2, stage=stage, precision="fp32")
     print(f"stage {stage}: each rank sends {v['bytes'] / 1e3:7.1f} kB per step "
           f"({v['reduce_scatter_elements'] / params:.2f} Ψ reduce-scattered, "
           f"{v['all_gather_elements'] / params:.2f} Ψ all-gathered)")
@@ -212,7 +213,7 @@ for stage in memory_model.STAGES:
 BUDGET = 50e6
 for width in (512, 1024, 2048, 4096):
     n = count_parameters(build_model("mlp", width))
-    need = {s: memory_model.per_rank(n, 2, stage=s, optimizer="adam", precision="fp32").total for s in (0, 3)}
+    need = {s: memory.per_rank(n, 2, stage=s, optimizer="adam", precision="fp32").total for s in (0, 3)}
     print(f"width {width:>4}: {n:>10,} parameters; per rank: plain {need[0] / 1e6:5.1f} MB "
           f"({'fits' if need[0] <= BUDGET else 'too big'}), ZeRO-3 {need[3] / 1e6:5.1f} MB "
           f"({'fits' if need[3] <= BUDGET else 'too big'})")
@@ -243,8 +244,8 @@ assert max(sum(r[0].memory.values()) for r in big) > BUDGET >= max(sum(r[3].memo
 digits = load_digits()
 x, y = digits.x_train[:32].clone(), digits.y_train[:32].clone()    # a batch of its own, as training takes
 counted = memory_held.activation_bytes(build_model("mlp", 2048), x, y)
-print(f"activations: {counted / 1e3:.1f} kB counted, {memory_model.mlp_activation_bytes(32, 2048) / 1e3:.1f} kB predicted")
-assert abs(counted / memory_model.mlp_activation_bytes(32, 2048) - 1) < 0.01
+print(f"activations: {counted / 1e3:.1f} kB counted, {activations.mlp_activation_bytes(32, 2048) / 1e3:.1f} kB predicted")
+assert abs(counted / activations.mlp_activation_bytes(32, 2048) - 1) < 0.01
 
 # %% [markdown]
 # Small here next to the training state counted above; in a large language model, with long sequences
@@ -252,16 +253,34 @@ assert abs(counted / memory_model.mlp_activation_bytes(32, 2048) - 1) < 0.01
 # micro-batch (lesson 06's pipelines), with tensor parallelism (lesson 07: each rank keeps its
 # slice of the split layers' activations) or by recomputing them in backward.
 #
-# The model-parallel layouts of lessons 06 and 07 combine with ZeRO: each rank's group first
-# holds its part of the model, then ZeRO shards that part over the ranks that hold the same
-# part. For the width-2048 MLP on 8 ranks, at ZeRO stage 1:
+# The model-parallel layouts of lessons 06 and 07 combine with ZeRO: each rank first holds its
+# part of the model (the layers lesson 06's cut gives its stage, and its slice of the layers
+# lesson 07 splits), then ZeRO shards that part over the ranks that hold the same part. For the
+# width-2048 MLP on 8 ranks, at ZeRO stage 1, stage by stage, next to what an even cut of the
+# parameters would give:
 
 # %%
+from distlab.parallel import tensor_parallel
+
+mlp2048 = memory.layers(build_model("mlp", 2048), x[:1], tensor=tensor_parallel.SPLIT)
+print("each layer's share of the parameters:",
+      ", ".join(f"{layer.name} {layer.params / sum(one.params for one in mlp2048):.1%}" for layer in mlp2048))
 n2048 = count_parameters(build_model("mlp", 2048))
 for pipe, tens in ((1, 1), (2, 1), (1, 2), (2, 2)):
-    m = memory_model.per_rank(n2048, 8, stage=1, optimizer="adam", precision="fp32", pipeline=pipe, tensor=tens)
+    setting = dict(stage=1, optimizer="adam", precision="fp32", pipeline=pipe, tensor=tens)
+    ranks = memory.per_stage(mlp2048, 8, **setting)
     print(f"{pipe} pipeline stage(s) x {tens} tensor slice(s) x {8 // (pipe * tens)} data replicas: "
-          f"{m.total / 1e6:5.1f} MB per rank")
+          + ", ".join(f"stage {s} {m.total / 1e6:.1f} MB" for s, m in enumerate(ranks))
+          + f" per rank (an even cut: {memory.per_rank(n2048, 8, **setting).total / 1e6:.1f} MB)")
+
+# %% [markdown]
+# Lesson 06's cut balances *work*, not memory: `fc2` does nearly all the multiply-adds and holds
+# nearly all the parameters, so the best cut leaves `fc1` alone on the first stage and puts `fc2`
+# (with `out`) on the second, whose ranks hold almost the whole model. With two stages there are half as many data replicas to share the optimizer
+# state, so the fullest rank holds *more* than with no pipeline at all. Tensor parallelism halves
+# only the layer it splits, `fc2`; `fc1` and `out` stay whole on every rank. A model of many equal
+# blocks (a transformer) comes close to the even cut; a model dominated by one layer must split
+# that layer to gain room.
 
 # %% [markdown]
 # ## 5. The same job as a DeepSpeed config
@@ -293,7 +312,7 @@ print(deepspeed_zero.status())   # whether DeepSpeed itself runs on this machine
 # %% tags=["nbval-ignore-output"]
 ours = [r[0] for r in runs]                    # section 2's plain data parallelism, Adam
 if deepspeed_zero.available() is None:
-    for stage in memory_model.STAGES:
+    for stage in memory.STAGES:
         theirs = distlab.launch(deepspeed_zero.train, world_size=2, stage=stage, steps=STEPS, progress="none",
                                 **SETUP)
         assert theirs[0].config["deepspeed"] == deepspeed_zero.config(
@@ -378,7 +397,8 @@ exercises.zero3_traffic_ratio(my_ratio)
 # most of the memory for no extra traffic only with many ranks and mixed precision, where the
 # optimizer state is most of the bytes (section 1 printed both cases); at our N = 2 in fp32 they
 # give back a quarter and three eighths. ZeRO-3 gives back the rest for half as much traffic
-# again, and the model parallelism of lessons 06 and 07 divides what is left.
+# again, and the model parallelism of lessons 06 and 07 divides what is left, as far as the
+# model's layers let it (section 4's last table).
 
 # %% [markdown]
 # **Previous:** [07 · Tensor and 3D parallelism](07_tensor_and_3d_parallelism.ipynb) · **Next:** [09 · From laptop to cluster](09_from_laptop_to_cluster.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -28,7 +28,9 @@ from distlab.parallelize import trainer
 from distlab.sequence import lines
 from distlab.sequence import pytorch_context_parallel as torch_cp
 from distlab.sequence import tensor_parallel as heads_split
-from distlab.sequence.memory import SavedTensors, predicted_activation_bytes
+from distlab.predict import traffic
+from distlab.predict.activations import transformer_activation_bytes
+from distlab.sequence.memory import SavedTensors
 from distlab.sequence.transformer import TransformerConfig, build_transformer, loss_and_accuracy
 from distlab.widgets import long_lines as pictures
 from distlab.widgets.display import show
@@ -106,8 +108,8 @@ print("rank 0 holds attn.q.weight", tuple(heads[0].params["blocks.0.attn.q.weigh
 print(f"after {LINE['steps']} steps the slices, put together, are one process's parameters (within 1e-5)")
 b, s, h, L = LINE["global_batch_size"], LINE["digits"] * 16, LINE["width"], LINE["depth"]
 print("bytes passed to all-reduce per step, counted: ", heads[0].traffic)
-print("predicted (2 regions x blocks x b s h x 4 bytes):", heads_split.predicted_bytes(b, s, h, L))
-assert heads[0].traffic == heads_split.predicted_bytes(b, s, h, L)
+print("predicted (2 regions x blocks x b s h x 4 bytes):", traffic.tensor_parallel_bytes(b, h, tokens=s, regions=2 * L))
+assert heads[0].traffic == traffic.tensor_parallel_bytes(b, h, tokens=s, regions=2 * L)
 
 # %% [markdown]
 # ## 3. Sequence parallelism: the line in pieces between the regions
@@ -128,10 +130,10 @@ merged_sp = heads_split.merge_params([r.params for r in pieces])
 assert distlab.max_param_difference(merged_sp, one.params) <= 1e-5
 print("TP + SP: the slices, put together, are one process's parameters (within 1e-5)")
 print("tensors passed to collectives per step, bytes: TP", heads[0].traffic, " TP + SP", pieces[0].traffic)
-assert pieces[0].traffic == heads_split.predicted_bytes(b, s, h, L, sequence_parallel=True)
+assert pieces[0].traffic == traffic.tensor_parallel_bytes(b, h, tokens=s, regions=2 * L, sequence_parallel=True)
 for sp in (False, True):
     print(f"{'TP + SP' if sp else 'TP':>7}: on the wire with ring collectives, per rank per step (model): "
-          f"{heads_split.wire_bytes(b, s, h, L, RANKS, sequence_parallel=sp):,} bytes, plus, with SP, "
+          f"{traffic.tensor_parallel_wire_bytes(b, s, h, L, RANKS, sequence_parallel=sp):,} bytes, plus, with SP, "
           "the gradients of the token-wise parameters")
 
 # %% [markdown]
@@ -207,7 +209,7 @@ pictures.ring_animation(ring)
 # all-gather or the ring? The gathered rank keeps the whole line's K and V and its queries'
 # probabilities; the ring keeps its own Q, K, V and one log-sum-exp per query, and recomputes the
 # probabilities in its backward pass (as FlashAttention does). Counted with
-# `torch.autograd.graph.saved_tensors_hooks`, against `sequence.memory`'s model:
+# `torch.autograd.graph.saved_tensors_hooks`, against `predict.activations`' model:
 
 # %%
 WAYS = {"one process": (dict(), [one]), "TP, 4 ranks": (dict(tensor=RANKS), heads),
@@ -217,7 +219,7 @@ WAYS = {"one process": (dict(), [one]), "TP, 4 ranks": (dict(tensor=RANKS), head
 cfg = TransformerConfig(d_model=h, heads=LINE["heads"], layers=L, max_digits=LINE["digits"])
 print(f"{'activations kept per rank':<26}{'predicted':>12}{'counted':>12}  ratio")
 for name, (how, records) in WAYS.items():
-    predicted = predicted_activation_bytes(cfg, b, s, **how)["total"]
+    predicted = transformer_activation_bytes(cfg, b, s, **how)["total"]
     counted = records[0].activation_bytes
     assert 0.98 <= predicted / counted <= 1.02
     print(f"{name:<26}{predicted:>12,}{counted:>12,}  {predicted / counted:.3f}")
@@ -308,12 +310,12 @@ for k in (4, 8, 16, 32):
     counted[k * 16] = saved.bytes
 model_cfg = TransformerConfig(max_digits=512, **long_cfg)
 for tokens, kept in counted.items():
-    predicted = predicted_activation_bytes(model_cfg, BATCH, tokens)["total"]
+    predicted = transformer_activation_bytes(model_cfg, BATCH, tokens)["total"]
     assert 0.98 <= predicted / kept <= 1.02
     print(f"{tokens:>4} tokens: counted {kept:>11,} bytes, predicted {predicted:>11,}")
 print(f"doubling the line from 256 to 512 tokens: {counted[512] / counted[256]:.1f} times the bytes kept")
 print("model and count agree within 2 in 100 at every length counted; the ring's 4 ranks at 512 tokens too:",
-      0.98 <= predicted_activation_bytes(model_cfg, BATCH, 512, context=RANKS)["total"]
+      0.98 <= transformer_activation_bytes(model_cfg, BATCH, 512, context=RANKS)["total"]
       / causal["zigzag"][0].activation_bytes <= 1.02)
 
 # %% [markdown]
@@ -326,7 +328,7 @@ SPLITS = {"one rank": dict(), "TP + SP, 4": dict(tensor=4, sequence_parallel=Tru
           "CP all-gather, 4": dict(context=4, attention="all_gather"),
           "CP ring, 2": dict(context=2), "CP ring, 4": dict(context=4)}
 LENGTHS = [64 * 2**i for i in range(8)]          # 64 to 8,192 tokens
-need = {name: {t: predicted_activation_bytes(model_cfg, BATCH, t, **how)["total"] for t in LENGTHS}
+need = {name: {t: transformer_activation_bytes(model_cfg, BATCH, t, **how)["total"] for t in LENGTHS}
         for name, how in SPLITS.items()}
 for name, by_length in need.items():
     fits = [t for t in LENGTHS if by_length[t] <= BUDGET]
@@ -338,7 +340,7 @@ print(f"at {first_over:,} tokens one rank needs more than its budget; the ring o
 
 # %%
 points = {name: [(t, need[name][t], None) for t in LENGTHS] for name in ("one rank", "CP all-gather, 4", "CP ring, 4")}
-points["one rank"] += [(t, predicted_activation_bytes(model_cfg, BATCH, t)["total"], c) for t, c in counted.items()]
+points["one rank"] += [(t, transformer_activation_bytes(model_cfg, BATCH, t)["total"], c) for t, c in counted.items()]
 points["CP ring, 4"].append((512, need["CP ring, 4"][512], causal["zigzag"][0].activation_bytes))
 show(pictures.memory_figure(points, budget=BUDGET))
 

@@ -24,8 +24,10 @@ import torch
 
 import distlab
 from distlab.experts import measure
-from distlab.experts.moe import MoE, MoEConfig, capacity
+from distlab.experts.moe import MoE, MoEConfig
 from distlab.parallelize import trainer
+from distlab.predict import traffic
+from distlab.predict.traffic import capacity
 from distlab.widgets import experts as pictures
 
 # lesson 12's line reader: lines of 3 digits (48 tokens), 2 blocks, width 32; its MLP becomes 4 experts
@@ -144,14 +146,14 @@ print("and every step kept the same tokens at every expert: True")
 tokens = READER["global_batch_size"] // RANKS * READER["digits"] * 16
 left = [sum(row) - row[i] for i, row in enumerate(measure.matrix(by_hand, 0, 0))]
 print(f"step 0, block 0: requests that left each rank: {left} (if spread evenly: {tokens * 2 * 3 // 4})")
-formula = measure.all_to_all_bytes(tokens, READER["width"], 2, EXPERTS, 1.25, RANKS, READER["depth"])
+formula = traffic.all_to_all_bytes(tokens, READER["width"], 2, EXPERTS, 1.25, RANKS, READER["depth"])
 counted = measure.measured_bytes(by_hand)
 print(f"bytes that crossed ranks per step, all ranks: counted {statistics.mean(counted):,.0f} "
       f"(from {min(counted):,} to {max(counted):,}); the formula if spread evenly {formula:,.0f}; "
       f"ratio {statistics.mean(counted) / formula:.3f}")
 
 # %% [markdown]
-# The formula (in `distlab/experts/measure.py`): every kept request that leaves its rank crosses
+# The formula (in `distlab/predict/traffic.py`): every kept request that leaves its rank crosses
 # four times (to its expert and back, forward and backward), a row of width 4-byte numbers each.
 # The counted bytes fall short of it where the router sent more than a capacity to one expert and
 # requests were dropped. The matrix shows each step's all-to-all: row i, the tokens rank i sent to

@@ -14,6 +14,7 @@ from distlab.comm import collective_runs as R
 from distlab.comm import collectives as C
 from distlab.models import DTYPES
 from distlab.comm import cost_model as M
+from distlab.predict import alpha_beta as A
 from distlab.parallel import data_parallel as dp
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
@@ -96,12 +97,12 @@ def test_message_logs_are_the_cost_models_schedule(run):
         merged = M.merge_logs([rec["compare"][i]["log"] for rec in records])
         numel = torch.Size(case["shape"]).numel()
         itemsize = 4 if case["dtype"] == "float32" else 8
-        plan = M.schedule(case["algorithm"], n, numel, itemsize)
+        plan = A.schedule(case["algorithm"], n, numel, itemsize)
         planned = Counter((s["phase"], s["step"], m["src"], m["dst"], m["chunk"], m["bytes"])
                           for s in plan for m in s["messages"])
         logged = Counter((m["phase"], m["step"], m["src"], m["dst"], m["chunk"], m["bytes"]) for m in merged)
         assert logged == planned, (case["algorithm"], n, numel)
-        assert M.bytes_sent(merged, n) == M.bytes_per_rank(case["algorithm"], n, numel, itemsize)
+        assert M.bytes_sent(merged, n) == A.bytes_per_rank(case["algorithm"], n, numel, itemsize)
 
 
 def test_ring_sends_about_twice_the_tensor_per_rank_and_the_server_n_minus_1_times(run):
@@ -127,12 +128,12 @@ def test_trace_records_the_numbers_each_message_carried(run):
         assert t["dist_results"] == t["results"], name
         for m in t["messages"]:
             assert m["bytes"] == 8 * len(m["values"])
-            if m["phase"] in M.REDUCING:
+            if m["phase"] in A.REDUCING:
                 assert len(m["after"]) == len(m["values"])
             else:
                 assert m["after"] == m["values"]                      # stored as it came
     # the ring: chunk c of rank r after reduce-scatter step s holds the digits of s+2 ranks
-    sizes = M.chunk_sizes(numel, n)
+    sizes = A.chunk_sizes(numel, n)
     for m in trace["ring"]["messages"]:
         if m["phase"] == "reduce-scatter" and sizes[m["chunk"]]:
             contributors = sum(d != "0" for d in str(int(m["after"][0])))
@@ -229,7 +230,7 @@ def test_widgets_show_a_picture_and_text_without_a_widget_manager():
     text = bundle["text/plain"]
     assert text.startswith("ring all-reduce on 4 ranks: 24 messages")
     assert text.rstrip().endswith("rank 3: 1111 2222 | 3333 4444 | 5555 6666 | 7777 8888")
-    link = M.Link(alpha=50e-6, beta=1 / 3e9, gamma=1 / 10e9, lanes=1)
+    link = A.Link(alpha=50e-6, beta=1 / 3e9, gamma=1 / 10e9, lanes=1)
     explorer = costs.cost_explorer(link, world_size=4, numel=1_000_000)
     bundle = explorer._repr_mimebundle_()
     assert base64.b64decode(bundle["image/png"])[:4] == b"\x89PNG"

@@ -8,28 +8,29 @@ import distlab
 from distlab.comm import cost_model as M
 from distlab.comm import measure_costs as MC
 from distlab.comm.collectives import ALGORITHMS
+from distlab.predict import alpha_beta as A
 
-CLUSTER = M.Link(alpha=5e-6, beta=1e-9, gamma=2e-10, lanes=None)    # one link per rank
-ONE_LANE = M.Link(alpha=5e-6, beta=1e-9, gamma=2e-10, lanes=1)
+CLUSTER = A.Link(alpha=5e-6, beta=1e-9, gamma=2e-10, lanes=None)    # one link per rank
+ONE_LANE = A.Link(alpha=5e-6, beta=1e-9, gamma=2e-10, lanes=1)
 
 
 def test_chunk_sizes_are_those_of_tensor_split():
     for n in range(0, 40):
         for world in range(1, 9):
-            assert M.chunk_sizes(n, world) == [c.numel() for c in torch.arange(n).tensor_split(world)]
+            assert A.chunk_sizes(n, world) == [c.numel() for c in torch.arange(n).tensor_split(world)]
 
 
 @pytest.mark.parametrize("world", [2, 3, 4, 5, 8, 16, 64])
 def test_ring_sends_about_twice_the_tensor_per_rank_whatever_n(world):
     numel = 1_000_000
     n = 4 * numel
-    ring = M.bytes_per_rank("ring", world, numel)
+    ring = A.bytes_per_rank("ring", world, numel)
     assert max(ring) - min(ring) <= 2 * 4 * world            # within a float or so of each other
     assert abs(sum(ring) / world - 2 * (world - 1) / world * n) <= 8 * world
     assert max(ring) < 2 * n
-    server = M.bytes_per_rank("parameter_server", world, numel)
+    server = A.bytes_per_rank("parameter_server", world, numel)
     assert server == [(world - 1) * n] + [n] * (world - 1)   # grows with N
-    tree = M.bytes_per_rank("tree", world, numel)
+    tree = A.bytes_per_rank("tree", world, numel)
     assert max(tree) == math.ceil(math.log2(world)) * n
 
 
@@ -44,23 +45,23 @@ def test_predicted_times_are_the_closed_forms_of_the_docstring_table(world):
                 "ring": 2 * (world - 1) * (a + c * b) + (world - 1) * c * g,
                 "tree": 2 * levels * (a + n * b) + levels * n * g}
     for name in ALGORITHMS:
-        assert M.predict_time(name, world, numel, CLUSTER) == pytest.approx(expected[name], rel=1e-12), name
+        assert A.predict_time(name, world, numel, CLUSTER) == pytest.approx(expected[name], rel=1e-12), name
 
 
 def test_one_lane_slows_the_ring_but_not_the_parameter_server():
     for world in (2, 4, 8):
-        ring_here, ring_cluster = (M.predict_time("ring", world, 10**6, link) for link in (ONE_LANE, CLUSTER))
+        ring_here, ring_cluster = (A.predict_time("ring", world, 10**6, link) for link in (ONE_LANE, CLUSTER))
         assert ring_here > 1.5 * ring_cluster
-        assert M.predict_time("parameter_server", world, 10**6, ONE_LANE) == pytest.approx(
-            M.predict_time("parameter_server", world, 10**6, CLUSTER))
-        assert M.predict_time("naive", world, 10**6, ONE_LANE) == pytest.approx(
-            M.predict_time("naive", world, 10**6, CLUSTER))
+        assert A.predict_time("parameter_server", world, 10**6, ONE_LANE) == pytest.approx(
+            A.predict_time("parameter_server", world, 10**6, CLUSTER))
+        assert A.predict_time("naive", world, 10**6, ONE_LANE) == pytest.approx(
+            A.predict_time("naive", world, 10**6, CLUSTER))
 
 
 def test_on_a_cluster_the_ring_wins_for_big_tensors_and_the_tree_for_small_ones():
     world = 16
-    big = {name: M.predict_time(name, world, 10**7, CLUSTER) for name in ALGORITHMS}
-    small = {name: M.predict_time(name, world, 10, CLUSTER) for name in ALGORITHMS}
+    big = {name: A.predict_time(name, world, 10**7, CLUSTER) for name in ALGORITHMS}
+    small = {name: A.predict_time(name, world, 10, CLUSTER) for name in ALGORITHMS}
     assert min(big, key=big.get) == "ring"
     assert min(small, key=small.get) == "tree"
 
@@ -71,12 +72,12 @@ def test_schedules_move_every_rank_s_numbers_to_every_rank():
         for world in range(1, 10):
             numel = 2 * world + 1
             have = [[{r} for _ in range(world)] for r in range(world)]   # have[rank][chunk]
-            for step in M.schedule(name, world, numel):
+            for step in A.schedule(name, world, numel):
                 before = [[set(c) for c in row] for row in have]
                 for m in step["messages"]:
                     chunks = range(world) if m["chunk"] is None else [m["chunk"]]
                     for c in chunks:
-                        if step["phase"] in M.REDUCING:
+                        if step["phase"] in A.REDUCING:
                             have[m["dst"]][c] |= before[m["src"]][c]
                         else:
                             have[m["dst"]][c] = set(before[m["src"]][c])
@@ -100,7 +101,7 @@ def test_fit_recovers_alpha_and_beta():
 
 def test_bad_requests_are_refused():
     with pytest.raises(ValueError, match="unknown algorithm"):
-        M.predict_time("star", 4, 10, CLUSTER)
+        A.predict_time("star", 4, 10, CLUSTER)
     with pytest.raises(ValueError, match="at least 2 ranks"):
         distlab.launch(MC.measure, 1)
     with pytest.raises(ValueError, match="sizes must be positive"):
@@ -122,7 +123,7 @@ def test_a_real_measurement_fits_a_link_and_times_every_algorithm():
     assert 0 < link.alpha < 0.05 and 0 < link.beta < 1e-6 and link.gamma > 0
     assert len(r["ping_pong"]["exchange_seconds"]) == 1 and link.lanes in (1, 2, 3, 4)
     # the model orders what it must: a bigger tensor takes longer
-    assert M.predict_time("ring", 2, sizes[1], link) > M.predict_time("ring", 2, sizes[0], link)
+    assert A.predict_time("ring", 2, sizes[1], link) > A.predict_time("ring", 2, sizes[0], link)
 
 
 def test_lanes_come_from_two_messages_at_once():
@@ -155,14 +156,14 @@ def test_large_messages_and_adds_fit_lines_of_their_own():
     assert link.copy_seconds(40_000_000) > 40_000_000 * beta
     # a ring step is priced with both lines: 2 ranks, 40 MB, 20 MB chunks; one lane, so the
     # two messages of the step take turns
-    step = M.schedule("ring", 2, 10_000_000)[0]
-    assert M.step_time(step, link, 2) == pytest.approx(
+    step = A.schedule("ring", 2, 10_000_000)[0]
+    assert A.step_time(step, link, 2) == pytest.approx(
         2 * alpha + 2 * link.copy_seconds(20_000_000) + link.add_seconds(20_000_000))
     # a large line that starts high (a fitting artefact) never prices a small message
-    steep = M.Link(alpha, beta, gamma, 1, large=(400e-6, 1 / 2.5e9), large_add=(300e-6, 1 / 8e9))
+    steep = A.Link(alpha, beta, gamma, 1, large=(400e-6, 1 / 2.5e9), large_add=(300e-6, 1 / 8e9))
     assert steep.message_seconds(8) == pytest.approx(alpha + 8 * beta)
     assert steep.add_seconds(800_000) == pytest.approx(800_000 * gamma)
-    assert steep.message_seconds(M.LARGE) == pytest.approx(400e-6 + M.LARGE / 2.5e9)
+    assert steep.message_seconds(A.LARGE) == pytest.approx(400e-6 + A.LARGE / 2.5e9)
     # with one large measurement only there is nothing to fit a second line to
     one = M.fit_link({"bytes": sizes[:4], "seconds": seconds[:4]})
     assert one.large is None and one.large_add is None
@@ -170,7 +171,7 @@ def test_large_messages_and_adds_fit_lines_of_their_own():
 
 def test_the_verdict_is_computed_from_the_measurement():
     """Lesson 03 prints this instead of asserting that the model is right: a disagreement shows."""
-    link = M.Link(alpha=1e-4, beta=1e-9, gamma=0.0, lanes=1)
+    link = A.Link(alpha=1e-4, beta=1e-9, gamma=0.0, lanes=1)
     times = {"ring": {1000: [3e-3, 3.1e-3, 3.2e-3]}, "tree": {1000: [1e-3, 1.05e-3, 1.1e-3]},
              "parameter_server": {1000: [2e-3, 2e-3, 2e-3]}, "naive": {1000: [5e-3, 5e-3, 5e-3]},
              "gloo": {1000: [1e-3]}}
@@ -195,7 +196,7 @@ def test_a_predicted_tie_is_reported_as_a_tie_not_as_agreement():
     """At N = 2 naive, parameter server and tree send the same two messages: the model ties them.
     The old verdict broke the tie with min() over rows sorted by measured time, so whichever of
     the three the stopwatch put first was "picked" and the model always "agreed"."""
-    link = M.Link(alpha=1e-4, beta=1e-9, gamma=1e-10, lanes=1)
+    link = A.Link(alpha=1e-4, beta=1e-9, gamma=1e-10, lanes=1)
     measurement = _two_ranks("tree")
     rows = MC.compare(measurement, link)
     assert MC.model_pick([r for r in rows if "predicted" in r]) == ["naive", "parameter_server", "tree"]
@@ -206,7 +207,7 @@ def test_a_predicted_tie_is_reported_as_a_tie_not_as_agreement():
 
 
 def test_the_verdict_says_disagrees_when_the_measured_winner_is_not_among_the_model_s_picks():
-    link = M.Link(alpha=1e-4, beta=1e-9, gamma=1e-10, lanes=1)
+    link = A.Link(alpha=1e-4, beta=1e-9, gamma=1e-10, lanes=1)
     measurement = _two_ranks("ring")                  # the model prices the ring slowest at N = 2
     said = MC.verdict(measurement, MC.compare(measurement, link))
     assert "fastest measured ring" in said

@@ -14,10 +14,10 @@ import pytest
 import workers
 
 import distlab
-from distlab.measure import memory_model as M
 from distlab.models import build_model, count_parameters
 from distlab.parallel import deepspeed_setup
 from distlab.parallel import deepspeed_zero as D
+from distlab.predict import memory as M
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
 pytestmark = pytest.mark.usefixtures("warm_ranks")

@@ -9,16 +9,15 @@ from distlab.course import exercises_cluster as exl
 from distlab.course import exercises_failure as exf
 from distlab.course import exercises_long_lines as exll
 from distlab.course import exercises_experts as exx
-from distlab.comm import cost_model
 from distlab.data import load_digits
-from distlab.measure import speedup
+from distlab.predict import alpha_beta, traffic
 
 DIGITS = load_digits()
 LOCAL = [torch.arange(12.0).reshape(3, 4) * (r + 1) for r in range(2)]
 AVERAGE = torch.stack(LOCAL).mean(0)
-CLUSTER = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
-ONE_LANE = cost_model.Link(alpha=93e-6, beta=1 / 4.6e9, gamma=1 / 22e9, lanes=1)    # lesson 03's machine
-ALPHA, BETA, NBYTES = 200e-6, 1 / 2e9, speedup.gradient_bytes("mlp", 64)
+CLUSTER = alpha_beta.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
+ONE_LANE = alpha_beta.Link(alpha=93e-6, beta=1 / 4.6e9, gamma=1 / 22e9, lanes=1)    # lesson 03's machine
+ALPHA, BETA, NBYTES = 200e-6, 1 / 2e9, traffic.gradient_bytes("mlp", 64)
 
 TROUBLES = ["one block's weights and heads are too much work for one rank",
             "every tensor rank keeps the same LayerNorm activations of the whole line",
@@ -162,7 +161,7 @@ def test_a_part_left_as_placeholder_is_not_answered_yet(capsys):
 
 def test_solutions_match_the_lessons_own_numbers():
     """The solutions above are the numbers the lessons' settings give (not typed in twice)."""
-    assert cost_model.bytes_per_rank("ring", 4, 8970)[0] == 53_820
+    assert alpha_beta.bytes_per_rank("ring", 4, 8970)[0] == 53_820
     assert DIGITS.n_train == 1438 and 4 * 8970 == NBYTES
 
 

@@ -4,7 +4,9 @@ import math
 import pytest
 import torch
 
-from distlab.experts.moe import MoE, MoEConfig, aux_loss, capacity, route
+from distlab.experts.moe import MoE, MoEConfig, aux_loss, route
+from distlab.predict import traffic
+from distlab.predict.traffic import capacity
 
 
 def test_the_capacity_is_the_factor_times_a_fair_share():
@@ -199,7 +201,7 @@ def lesson_run(warm_ranks):
 
 
 def test_the_formula_for_the_bytes_counts_kept_requests_that_leave_their_rank_four_times():
-    from distlab.experts.measure import all_to_all_bytes
+    from distlab.predict.traffic import all_to_all_bytes
 
     # 192 tokens a rank, k = 2, 4 experts: 96 requests an expert (capacity 120), 3/4 of them to other ranks
     assert all_to_all_bytes(192, 32, 2, 4, 1.25, 4, 2) == 2 * 4 * 4 * (384 * 3 / 4) * 32 * 4
@@ -221,7 +223,7 @@ def test_the_bytes_counted_on_the_ranks_are_the_matrix_off_its_diagonal(lesson_r
             crossing += sum(m[i][j] for i in range(4) for j in range(4) if i != j)
         assert counted == 4 * crossing * row
     tokens = LESSON["global_batch_size"] // 4 * LESSON["digits"] * 16
-    formula = measure.all_to_all_bytes(tokens, LESSON["d_model"], 2, 4, 1.25, 4, LESSON["layers"])
+    formula = traffic.all_to_all_bytes(tokens, LESSON["d_model"], 2, 4, 1.25, 4, LESSON["layers"])
     ratio = sum(measure.measured_bytes(lesson_run)) / len(lesson_run[0].traffic) / formula
     assert 0.8 <= ratio <= 1.1, ratio                  # below 1 where a busy expert dropped requests
 

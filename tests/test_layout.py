@@ -2,6 +2,7 @@
 module's opening docstring naming the lesson that introduces it."""
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,20 @@ def test_widgets_never_import_what_trains():
                   if m.startswith(("distlab.parallel", "distlab.processes")) or m == "distlab.measure.scaling"}
         trains.discard("distlab.parallel.schedules")    # schedules as plain data: nothing there trains
         assert not trains, f"{path.name} imports {sorted(trains)}: widgets read records, they never train"
+
+
+PREDICT_MAY_IMPORT = {"distlab.models", "distlab.data"}     # the core; the packages that train import predict
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "predict").glob("*.py")), ids=lambda p: p.name)
+def test_predict_depends_only_on_the_core(path):
+    """Issue 36: the formulas live in ``distlab.predict``, which the lessons, widgets, benchmarks and the
+    packages that train all read; so it imports nothing of theirs: the core, plain torch, the standard
+    library."""
+    outside = {m for m in imports(path) if not m.startswith("distlab.predict") and m not in PREDICT_MAY_IMPORT}
+    assert not outside, f"predict/{path.name} imports {sorted(outside)}: predict depends only on the core"
+    third = {alias.name.split(".")[0] for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Import) for alias in node.names}
+    third |= {node.module.split(".")[0] for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.ImportFrom) and not node.level and node.module}
+    assert third <= set(sys.stdlib_module_names) | {"torch"}, f"predict/{path.name} imports {sorted(third)}"

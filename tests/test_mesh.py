@@ -6,6 +6,7 @@ import distlab
 from distlab.parallel import data_parallel as dp
 from distlab.parallel import mesh, named_mesh, pipeline
 from distlab.parallel import tensor_parallel as T
+from distlab.predict import traffic
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
 pytestmark = pytest.mark.usefixtures("warm_ranks")
@@ -120,13 +121,16 @@ def test_who_talks_to_whom(runs):
         assert r.config["groups"]["data"] == [r.rank % 2, r.rank % 2 + 2]      # same stage, other replica
         assert r.config["groups"]["pipeline"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]
         assert r.traffic["pipeline"] == BATCH // 2 * WIDTH * 4                  # one way each: act. or grad.
+        assert r.traffic["pipeline"] == traffic.pipeline_bytes(BATCH // 2, [WIDTH, 10],
+                                                               r.config["groups"]["pipeline"].index(r.rank))
         assert r.traffic["data"] == 4 * sum(p.numel() for p in r.params.values())
     for name in ("data x tensor", "data x tensor on Horovod"):
         for r in runs[name]:
             assert r.backend == ("horovod" if "Horovod" in name else "torchrun")
             assert r.config["groups"]["tensor"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]
             assert r.config["groups"]["data"] == [r.rank % 2, r.rank % 2 + 2]
-            assert r.traffic["tensor"] == 2 * BATCH // 2 * WIDTH * 4
+            assert r.traffic["tensor"] == 2 * BATCH // 2 * WIDTH * 4 == sum(traffic.tensor_parallel_bytes(BATCH // 2,
+                                                                                               WIDTH).values())
             assert r.traffic["data"] == 4 * sum(p.numel() for p in r.params.values())
     for r in runs["pipeline x tensor"]:                     # rank = 2 * stage + tensor slice
         assert r.config["groups"]["tensor"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]

@@ -6,6 +6,8 @@ world size trains every schedule and the library's pipelining on the same cut of
 each must end with the parameters of one process training the whole model on the whole
 batch (``train_single``), and each rank's timeline must follow its schedule.
 """
+import math
+
 import pytest
 import torch
 import workers
@@ -15,6 +17,8 @@ from distlab.models import build_model
 from distlab.parallel import data_parallel as dp
 from distlab.parallel import pipeline, schedules, stages
 from distlab.parallel.schedules import Op
+from distlab.predict import bubbles, traffic
+from distlab.predict.flops import layer_costs
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
 pytestmark = pytest.mark.usefixtures("warm_ranks")
@@ -37,7 +41,10 @@ def test_every_pass_once_and_the_textbook_bubble(name, p, m, v):
     for stage_ops in ops:
         assert sorted(stage_ops) == sorted(Op(k, i, c) for k in "FB" for i in range(m) for c in range(v))
     timeline = schedules.simulate(ops, forward=1 / v, backward=2 / v)
-    assert schedules.bubble(timeline) == pytest.approx(schedules.bubble_fraction(p, m, v))
+    assert schedules.bubble(timeline) == pytest.approx(bubbles.bubble_fraction(p, m, v))
+    # the closed form of the activations each stage holds is what the op lists hold
+    assert [schedules.held_activations(o) for o in ops] == [bubbles.held_micro_batches(name, p, m, s, v)
+                                                            for s in range(p)]
 
 
 @pytest.mark.parametrize("p", (2, 3, 4))
@@ -83,7 +90,7 @@ def test_cuts_balance_the_work_and_keep_every_layer():
     cnn = build_model("cnn", 16)                   # the second convolution does most of the work
     assert [list(dict(p.named_children())) for p in stages.split(cnn, 2, sample)] == [
         ["conv1", "relu1"], ["conv2", "relu2", "pool", "flatten", "out"]]
-    assert stages.layer_costs(cnn, sample)[2] == 16 * 32 * 9 * 64
+    assert layer_costs(cnn, sample)[2] == 16 * 32 * 9 * 64
     assert stages.boundary_shapes(parts, sample) == [(64,), (10,)]
     owned = stages.owned_names(mlp, parts[1])
     assert sorted(owned) == ["fc3.bias", "fc3.weight", "out.bias", "out.weight"]
@@ -180,6 +187,13 @@ def test_each_rank_ran_its_schedule_and_held_what_it_says(runs, p, name):
             assert kinds.count("recv") == kinds.count("send") == expected
     if kwargs.get("schedule") == "1f1b":
         assert [max(e["held"] for e in r.events) for r in runs[p][name]] == [min(p - s, m) for s in range(p)]
+    # the bytes each rank sent per step: its stages' outputs forward, their inputs' gradients backward
+    config = runs[p][name][0].config
+    model = build_model(config["model"], config["width"], depth=config["depth"])
+    sample = torch.zeros(1, 1, 8, 8)
+    numbers = [math.prod(s) for s in stages.boundary_shapes(stages.split(model, p * v, sample), sample)]
+    assert [r.traffic["pipeline"] for r in runs[p][name]] == [traffic.pipeline_bytes(BATCH, numbers, rank, p)
+                                                             for rank in range(p)]
 
 
 def test_naive_model_parallelism_one_stage_works_at_a_time(runs):
@@ -204,7 +218,7 @@ def test_the_measured_timeline_has_a_bubble_near_the_textbook(runs):
     for name, m in (("gpipe", 4), ("1f1b", 4)):
         for step in (STEPS - 2, STEPS - 1):
             measured = schedules.bubble(pipeline.timeline(runs[2][name], step))
-            assert schedules.bubble_fraction(2, m) * 0.5 < measured < 1    # messages only add to it
+            assert bubbles.bubble_fraction(2, m) * 0.5 < measured < 1    # messages only add to it
 
 
 def test_the_pipeline_pictures_are_drawn_from_the_runs(runs):

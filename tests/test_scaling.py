@@ -12,6 +12,9 @@ import torch
 import distlab
 from distlab.parallel import data_parallel as dp
 from distlab.measure import large_batch, scaling, speedup
+from distlab.predict import flops, traffic
+from distlab.predict import speedup as predicted
+from distlab.predict.alpha_beta import all_reduce_seconds
 from distlab.widgets import speedup as sw
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
@@ -23,14 +26,14 @@ pytestmark = pytest.mark.usefixtures("warm_ranks")
 # ---------------------------------------------------------------------------------------------
 def test_flops_and_bytes_follow_the_layers():
     w = 32
-    assert speedup.flops_per_sample("mlp", w) == 2 * (64 * w + w * w + w * 10)
+    assert flops.flops_per_sample("mlp", w) == 2 * (64 * w + w * w + w * 10)
     # conv1: 1->w, conv2: w->2w, both 3x3 on 8x8; then a linear layer on the pooled 4x4 maps
-    assert speedup.flops_per_sample("cnn", w) == 2 * (9 * w * 64 + 9 * w * 2 * w * 64 + 2 * w * 16 * 10)
+    assert flops.flops_per_sample("cnn", w) == 2 * (9 * w * 64 + 9 * w * 2 * w * 64 + 2 * w * 16 * 10)
     params = (64 * w + w) + (w * w + w) + (w * 10 + 10)
-    assert speedup.gradient_bytes("mlp", w) == 4 * params
-    assert speedup.gradient_bytes("mlp", w, "float64") == 8 * params
+    assert traffic.gradient_bytes("mlp", w) == 4 * params
+    assert traffic.gradient_bytes("mlp", w, "float64") == 8 * params
     # the CNN does far more work per byte of gradient than an MLP of similar compute
-    assert speedup.compute_per_byte("cnn", 32, 64) > 10 * speedup.compute_per_byte("mlp", 1024, 64)
+    assert flops.compute_per_byte("cnn", 32, 64) > 10 * flops.compute_per_byte("mlp", 1024, 64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -39,11 +42,11 @@ def test_flops_and_bytes_follow_the_layers():
 @pytest.mark.parametrize("serial", [0.0, 0.07, 0.25, 0.5])
 def test_fit_amdahl_recovers_a_known_serial_fraction(serial):
     ns = [1, 2, 3, 4, 8, 16]
-    measured = [speedup.amdahl_speedup(n, serial) for n in ns]
+    measured = [predicted.amdahl_speedup(n, serial) for n in ns]
     assert speedup.fit_amdahl(ns, measured) == pytest.approx(serial, abs=1e-12)
-    assert speedup.amdahl_speedup(1, serial) == pytest.approx(1.0)
+    assert predicted.amdahl_speedup(1, serial) == pytest.approx(1.0)
     # one point with more than one worker is enough: Amdahl has one unknown
-    assert speedup.fit_amdahl([2], [speedup.amdahl_speedup(2, serial)]) == pytest.approx(serial)
+    assert speedup.fit_amdahl([2], [predicted.amdahl_speedup(2, serial)]) == pytest.approx(serial)
 
 
 def test_fit_amdahl_needs_more_than_one_worker():
@@ -57,11 +60,11 @@ def _row(world, nbytes, tensors, comm, **extra):
 
 def test_fit_alpha_beta_recovers_known_latency_and_bandwidth():
     alpha, beta = 50e-6, 1 / 2e9          # 50 us per message, 2 GB/s
-    rows = [_row(n, b, k, speedup.allreduce_seconds(b, n, alpha, beta, k))
+    rows = [_row(n, b, k, all_reduce_seconds(b, n, alpha, beta, k))
             for n in (2, 4) for b, k in [(1e4, 2), (1e6, 6), (4e6, 6), (1e5, 4)]]
     a, b = speedup.fit_alpha_beta(rows + [_row(1, 1e6, 6, 0.5)])   # N = 1 rows are ignored
     assert a == pytest.approx(alpha, rel=1e-9) and b == pytest.approx(beta, rel=1e-9)
-    assert speedup.allreduce_seconds(1e6, 1, alpha, beta) == 0.0
+    assert all_reduce_seconds(1e6, 1, alpha, beta) == 0.0
 
 
 def test_fit_alpha_beta_never_goes_negative():
@@ -76,11 +79,11 @@ def test_fit_alpha_beta_never_goes_negative():
 def test_predicted_speedup_of_strong_and_weak_scaling():
     one = dict(scaling="strong", compute_s=0.10, other_s=0.02, step_s=0.12, grad_bytes=1e6, n_tensors=2)
     # no communication cost: compute halves, the rest does not -> 0.12 / 0.07
-    assert speedup.predicted_speedup(one, 2, 0.0, 0.0) == pytest.approx(0.12 / 0.07)
-    comm = speedup.allreduce_seconds(1e6, 2, 1e-4, 1e-9, 2)
-    assert speedup.predict_step_seconds(one, 2, 1e-4, 1e-9) == pytest.approx(0.05 + 0.02 + comm)
+    assert predicted.predicted_speedup(one, 2, 0.0, 0.0) == pytest.approx(0.12 / 0.07)
+    comm = all_reduce_seconds(1e6, 2, 1e-4, 1e-9, 2)
+    assert predicted.predict_step_seconds(one, 2, 1e-4, 1e-9) == pytest.approx(0.05 + 0.02 + comm)
     weak = dict(one, scaling="weak")      # each rank keeps its batch: twice the samples per step
-    assert speedup.predicted_speedup(weak, 2, 0.0, 0.0) == pytest.approx(2.0)
+    assert predicted.predicted_speedup(weak, 2, 0.0, 0.0) == pytest.approx(2.0)
 
 
 def test_split_step_times_from_a_synthetic_timeline():
@@ -178,30 +181,28 @@ def test_widget_measures_for_real_and_draws():
         parts = r["compute_s"] + r["comm_s"] + r["wait_s"] + r["other_s"]
         assert parts == pytest.approx(r["step_s"], rel=1e-9)
     assert rows[2]["batch_size"] == 32 and rows[0]["batch_size"] == 64
-    assert rows[0]["grad_bytes"] == speedup.gradient_bytes("cnn", 8)
+    assert rows[0]["grad_bytes"] == traffic.gradient_bytes("cnn", 8)
     table = speedup.speedups(rows)
     assert [t["world_size"] for t in table] == [1, 2]
     two = table[1]
     assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
     assert two["vs_all_cores"] == pytest.approx(rows[2]["samples_per_s"] / rows[1]["samples_per_s"])
     s = speedup.fit_amdahl([2], [two["speedup"]])
-    assert speedup.amdahl_speedup(2, s) == pytest.approx(two["speedup"])
+    assert predicted.amdahl_speedup(2, s) == pytest.approx(two["speedup"])
     a, b = speedup.fit_alpha_beta(rows)
-    assert a >= 0 and b >= 0 and math.isfinite(speedup.predicted_speedup(rows[0], 2, a, b))
+    assert a >= 0 and b >= 0 and math.isfinite(predicted.predicted_speedup(rows[0], 2, a, b))
     bundle = view._repr_mimebundle_()
     assert bundle["text/plain"] == "<speedup explorer: 1 configuration(s) measured>"
     assert bundle["image/png"] and view.image.value[:4] == b"\x89PNG"
     assert "2 ranks:" in view.status.value
 
 
-def test_allreduce_model_is_lesson_03s_ring_with_a_link_per_rank():
-    from distlab.comm import cost_model
-
-    link = cost_model.Link(alpha=30e-6, beta=1 / 3e9, gamma=0.0, lanes=None)
-    for world in (2, 4, 8):
-        numel = 1000 * world
-        assert speedup.allreduce_seconds(4 * numel, world, link.alpha, link.beta) == pytest.approx(
-            cost_model.predict_time("ring", world, numel, link), rel=1e-12)
+def test_the_all_reduce_time_is_the_closed_form_of_lesson_05():
+    """2(N-1) k alpha + 2(N-1)/N n beta (the exercise's formula), computed from lesson 03's ring."""
+    alpha, beta = 30e-6, 1 / 3e9
+    for world, nbytes, k in ((2, 35_880, 6), (8, 35_880, 6), (4, 1e6, 1), (5, 12_345, 3)):
+        closed = 2 * (world - 1) * k * alpha + 2 * (world - 1) / world * nbytes * beta
+        assert all_reduce_seconds(nbytes, world, alpha, beta, k) == pytest.approx(closed, rel=1e-12)
 
 
 def test_verdicts_say_faster_or_slower_only_when_every_repeat_agrees():
@@ -242,8 +243,8 @@ def test_the_table_and_the_verdict_print_one_speedup():
 
 def test_alpha_beta_with_the_measured_compute():
     one = dict(scaling="strong", compute_s=0.10, other_s=0.02, step_s=0.12, grad_bytes=1e6, n_tensors=2)
-    assumed = speedup.predicted_speedup(one, 2, 0.0, 0.0)               # compute halves: 0.12 / 0.07
-    measured = speedup.predicted_speedup(one, 2, 0.0, 0.0, compute_s=0.09)
+    assumed = predicted.predicted_speedup(one, 2, 0.0, 0.0)               # compute halves: 0.12 / 0.07
+    measured = predicted.predicted_speedup(one, 2, 0.0, 0.0, compute_s=0.09)
     assert assumed == pytest.approx(0.12 / 0.07) and measured == pytest.approx(0.12 / 0.11)
 
 

@@ -84,16 +84,16 @@ TP = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=2
 
 def predicted_memory(record) -> int:
     """What ``sequence.memory`` predicts this rank keeps for backward, from the record's settings."""
-    from distlab.sequence.memory import predicted_activation_bytes
+    from distlab.predict.activations import transformer_activation_bytes
     from distlab.sequence.transformer import TransformerConfig
 
     c = record.config
     mesh = c["mesh"] or {}
     cfg = TransformerConfig(d_model=c["d_model"], heads=c["heads"], layers=c["layers"], mlp_ratio=c["mlp_ratio"],
                             max_digits=c["max_digits"], causal=c["causal"])
-    return predicted_activation_bytes(cfg, c["batch_size"], c["tokens"], tensor=mesh.get("tensor", 1),
-                                      sequence_parallel=c["sequence_parallel"], context=mesh.get("context", 1),
-                                      attention=c["attention"])["total"]
+    return transformer_activation_bytes(cfg, c["batch_size"], c["tokens"], tensor=mesh.get("tensor", 1),
+                                        sequence_parallel=c["sequence_parallel"], context=mesh.get("context", 1),
+                                        attention=c["attention"])["total"]
 
 
 def check_memory_model(records, name: str) -> None:
@@ -124,6 +124,7 @@ def test_heads_split_across_ranks_train_like_one_process(one_process, backend, r
     cut across the same ranks between the split regions), on real ranks (torchrun, and Horovod process
     sets): after 20 Adam steps every parameter equals one process's within 1e-5."""
     import distlab
+    from distlab.predict import traffic
     from distlab.sequence import tensor_parallel, training
 
     records = distlab.launch(training.train, ranks, backend=backend, progress="none", sequence_parallel=sp, **TP)
@@ -134,8 +135,8 @@ def test_heads_split_across_ranks_train_like_one_process(one_process, backend, r
     assert difference <= 1e-5
     assert all(r.losses == records[0].losses for r in records)             # one model, one loss
     tokens = TP["digits"] * 16
-    assert records[0].traffic == tensor_parallel.predicted_bytes(TP["global_batch_size"], tokens, TP["d_model"],
-                                                                 TP["layers"], sequence_parallel=sp)
+    assert records[0].traffic == traffic.tensor_parallel_bytes(TP["global_batch_size"], TP["d_model"], tokens=tokens,
+                                                               regions=2 * TP["layers"], sequence_parallel=sp)
     one = TP["global_batch_size"] * tokens * TP["d_model"] * 4
     check_memory_model(records, f"TP{' + SP' if sp else ''} {ranks}")
     if sp:   # each rank keeps its piece of the line between the regions: less than the whole line's
@@ -201,6 +202,7 @@ def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_pr
     online-softmax merge, forward and backward; contiguous or zig-zag pieces), alone and with data or
     tensor parallelism: after 20 Adam steps every parameter equals one process's within 1e-5."""
     import distlab
+    from distlab.predict import traffic
     from distlab.sequence import tensor_parallel
 
     ranks, settings = CP_RUNS[name]
@@ -217,6 +219,10 @@ def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_pr
         assert difference <= 1e-5
     check_memory_model(records, name)
     ring = records[0].ring
+    c = records[0].config        # the bytes each rank's attention passed on, as the formula has them
+    assert ring["bytes"] == traffic.context_parallel_bytes(c["batch_size"], c["tokens"], c["d_model"],
+                                                           c["mesh"]["context"], layers=c["layers"],
+                                                           attention=c["attention"], tensor=c["mesh"]["tensor"])
     if settings["attention"] == "ring":       # n - 1 hops forward, n back (the last carries gradients only)
         n = settings["context"]
         hops = [(m["phase"], m["hop"]) for m in ring["log"]]
@@ -283,7 +289,8 @@ def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data):
     import base64
 
     from distlab.sequence import lines as L
-    from distlab.sequence.memory import SavedTensors, predicted_activation_bytes
+    from distlab.predict.activations import transformer_activation_bytes
+    from distlab.sequence.memory import SavedTensors
     from distlab.widgets import long_lines as LL
     from distlab.widgets.display import figure_png
 
@@ -310,7 +317,7 @@ def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data):
         model = build_transformer(cfg)
         with SavedTensors(model) as saved:
             loss_and_accuracy(model, L.train_lines(data, 4, k, seed=0, step=0))
-        points["one process"].append((k * 16, predicted_activation_bytes(cfg, 4, k * 16)["total"], saved.bytes))
+        points["one process"].append((k * 16, transformer_activation_bytes(cfg, 4, k * 16)["total"], saved.bytes))
     assert base64.b64encode(figure_png(LL.memory_figure(points)))
     points["the model only"] = [(t, p, None) for t, p, _ in points["one process"]]        # a line, no points
     assert figure_png(LL.memory_figure(points, budget=2**20))[:4] == b"\x89PNG"

@@ -14,6 +14,7 @@ import distlab
 from distlab.models import build_model
 from distlab.parallel import data_parallel as dp
 from distlab.parallel import tensor_parallel as T
+from distlab.predict import traffic
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
 pytestmark = pytest.mark.usefixtures("warm_ranks")
@@ -65,11 +66,11 @@ def test_parallelize_module_trains_like_one_process_and_like_ours(runs, referenc
 @pytest.mark.parametrize("backend,p", BY_HAND)
 def test_one_all_reduce_of_batch_x_width_each_way(runs, backend, p):
     for r in runs[backend, p]:
-        assert r["by hand"].traffic == T.predicted_bytes(BATCH, WIDTH) == {"forward": BATCH * WIDTH * 4,
+        assert r["by hand"].traffic == traffic.tensor_parallel_bytes(BATCH, WIDTH) == {"forward": BATCH * WIDTH * 4,
                                                                            "backward": BATCH * WIDTH * 4}
     # data parallelism on the same model would all-reduce every gradient instead
     w = WIDTH
-    assert T.data_parallel_bytes(w) == 4 * (64 * w + w + 2 * (w * w + w) + 10 * w + 10)
+    assert traffic.gradient_bytes("mlp", w, depth=3) == 4 * (64 * w + w + 2 * (w * w + w) + 10 * w + 10)
 
 
 def test_the_block_split_by_hand_equals_the_whole_block_in_one_process():

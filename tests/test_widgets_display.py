@@ -24,7 +24,7 @@ MODULES = sorted(WIDGETS.glob("*.py"))
 # what a widget may read: records and the data they describe, and pure analysis of them
 ALLOWED = {"distlab.records", "distlab.data", "distlab.models", "distlab.comm.cost_model",
            "distlab.measure.speedup", "distlab.parallel.schedules",   # schedules: plain data, nothing trains
-           "distlab.measure.memory_model",                             # formulas only
+           "distlab.predict",                                          # formulas only
            "distlab.experts.measure",               # reads the experts' records; its bytes formula is arithmetic
            "distlab.long_runs.monitor",             # reads the metrics files ranks write: records on disk
            "distlab.long_runs.horovod_timeline"}    # reads the trace Horovod's rank 0 writes: a record on disk

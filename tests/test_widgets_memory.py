@@ -1,7 +1,7 @@
 """Lesson 08's memory pictures: drawn from the memory model and from counted records."""
 from types import SimpleNamespace
 
-from distlab.measure import memory_model as M
+from distlab.predict import memory as M
 from distlab.widgets import memory as W
 from distlab.widgets.display import figure_png
 

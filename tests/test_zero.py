@@ -10,10 +10,11 @@ import workers
 
 import distlab
 from distlab.measure import memory_held
-from distlab.measure import memory_model as M
 from distlab.models import build_model, count_parameters
 from distlab.parallel import data_parallel as dp
 from distlab.parallel import zero
+from distlab.predict import memory as M
+from distlab.predict.activations import mlp_activation_bytes
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
 pytestmark = pytest.mark.usefixtures("warm_ranks")
@@ -93,9 +94,9 @@ def test_zero_paper_figure_1():
 
 def test_communication_volume_as_in_the_paper():
     psi = 1e9
-    rounded = {s: M.volume(psi, 64, stage=s, exact=False)["elements"] for s in M.STAGES}
+    rounded = {s: M.zero_volume(psi, 64, stage=s, exact=False)["elements"] for s in M.STAGES}
     assert rounded == {0: 2 * psi, 1: 2 * psi, 2: 2 * psi, 3: 3 * psi}
-    exact = M.volume(psi, 4, stage=0, precision="fp32")
+    exact = M.zero_volume(psi, 4, stage=0, precision="fp32")
     assert exact["elements"] == pytest.approx(2 * psi * 3 / 4)        # a ring: 2 (N-1)/N
     assert exact["bytes"] == pytest.approx(4 * exact["elements"])
 
@@ -133,7 +134,7 @@ def test_activations_counted_as_predicted(depth, width, batch):
     model = build_model("mlp", width, depth=depth)
     x, y = torch.randn(batch, 1, 8, 8), torch.randint(0, 10, (batch,))
     counted = memory_held.activation_bytes(model, x, y)
-    assert counted == pytest.approx(M.mlp_activation_bytes(batch, width, depth), rel=0.01)
+    assert counted == pytest.approx(mlp_activation_bytes(batch, width, depth), rel=0.01)
 
 
 def test_hand_written_zero_refuses_stage_3_before_starting():

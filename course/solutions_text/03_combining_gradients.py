@@ -6,7 +6,7 @@
 
 # %%
 from distlab.course import exercises
-from distlab.comm import cost_model
+from distlab.predict import alpha_beta
 
 # %% [markdown]
 # **Ring bytes.** The ring cuts the tensor into N = 4 chunks of 250,000 numbers. In the
@@ -29,7 +29,7 @@ assert exercises.ring_bytes(my_answer, world_size=N, numel=numel)
 # rank 4 whole tensors (one per level), the server 15.
 
 # %%
-cluster = cost_model.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
+cluster = alpha_beta.Link(alpha=5e-6, beta=1 / 10e9, gamma=1 / 20e9, lanes=None)
 answer = dict(fastest_small="tree", fastest_big="ring")
 
 assert exercises.fastest_on_cluster(answer, world_size=16, link=cluster)
@@ -43,7 +43,7 @@ assert exercises.fastest_on_cluster(answer, world_size=16, link=cluster)
 # differently.
 
 # %%
-this_machine = cost_model.Link(alpha=1e-4, beta=1 / 5e9, gamma=1 / 20e9, lanes=1)   # any one-lane link
+this_machine = alpha_beta.Link(alpha=1e-4, beta=1 / 5e9, gamma=1 / 20e9, lanes=1)   # any one-lane link
 identical = {"naive", "parameter_server", "tree"}
 
 assert exercises.identical_at_two(identical, this_machine)

@@ -10,7 +10,8 @@
 import distlab
 from distlab.course import exercises
 from distlab.comm import cost_model, measure_costs
-from distlab.measure import more_data, speedup
+from distlab.measure import more_data
+from distlab.predict import traffic
 
 idle = distlab.launch(measure_costs.measure, world_size=2, sizes=(1_000,), repeats=3, algorithms=("ring",),
                       ping_pong_bytes=(8, 8_000, 80_000), ping_pong_repeats=20, progress="none")[0]
@@ -24,7 +25,7 @@ print(f"alpha = {alpha * 1e6:.0f} us, 1/beta = {1 / beta / 1e9:.2f} GB/s")
 # each rank sends 2(N-1)/N of the n bytes of gradient once, at β per byte.
 
 # %%
-n_bytes = speedup.gradient_bytes("mlp", 64)
+n_bytes = traffic.gradient_bytes("mlp", 64)
 answer = 2 * (8 - 1) * 6 * alpha + 2 * (8 - 1) / 8 * n_bytes * beta
 
 assert exercises.allreduce_on_eight(answer, n_bytes, messages=6, alpha=alpha, beta=beta)

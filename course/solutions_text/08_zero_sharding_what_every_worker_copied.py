@@ -7,9 +7,9 @@
 # %%
 import distlab
 from distlab.course import exercises
-from distlab.measure import memory_model
 from distlab.models import build_model, count_parameters
 from distlab.parallel import zero
+from distlab.predict import memory
 
 # %% [markdown]
 # **1. Bytes per rank at stage 2, 10 million parameters, 4 ranks, Adam in fp32.** The parameters
@@ -40,8 +40,8 @@ print(f"{n:,} parameters: rank 0 holds {counted:,} bytes; 4 n + 12 n / 4 = {4 * 
 # which fits. So stage 1, which costs no more communication than plain data parallelism.
 
 # %%
-for stage in memory_model.STAGES:
-    print(stage, memory_model.per_rank(7e9, 8, stage=stage).total / 1e9, "GB")
+for stage in memory.STAGES:
+    print(stage, memory.per_rank(7e9, 8, stage=stage).total / 1e9, "GB")
 my_stage = 1
 
 assert exercises.smallest_stage_that_fits(my_stage, params=7e9, world_size=8, budget_gb=80)

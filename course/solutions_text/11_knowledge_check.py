@@ -8,7 +8,7 @@
 # %%
 from distlab.course import results as course_results
 from distlab.course import knowledge_check as check
-from distlab.measure import speedup
+from distlab.predict import flops
 
 # %% [markdown]
 # **1.** Too much data for one worker's time: copies of the model on parts of the data. A model
@@ -59,7 +59,7 @@ assert check.straggler_wait(lesson04["extra_wait_of_rank_0"], lesson04)
 # %% tags=["nbval-ignore-output"]
 lesson05 = course_results.recall("05")
 speedups = lesson05["speedup_2_ranks"]
-per_byte = {name: speedup.compute_per_byte(cfg["model"], cfg["width"], cfg["global_batch_size"] // 2)
+per_byte = {name: flops.compute_per_byte(cfg["model"], cfg["width"], cfg["global_batch_size"] // 2)
             for name, cfg in lesson05["regimes"].items()}
 for name in sorted(per_byte, key=per_byte.get):
     print(f"{name:>6}: {per_byte[name]:>9,.0f} FLOPs per byte of gradient, speedup on 2 ranks {speedups[name]:.2f}")

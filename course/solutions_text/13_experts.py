@@ -8,8 +8,9 @@
 import torch
 
 from distlab.course import exercises_experts
-from distlab.experts import measure
-from distlab.experts.moe import MoE, MoEConfig, capacity
+from distlab.experts.moe import MoE, MoEConfig
+from distlab.predict import traffic
+from distlab.predict.traffic import capacity
 
 # %% [markdown]
 # **1. An expert's capacity.** 192 tokens with k = 2 make 384 requests, a fair share of 96 for each
@@ -39,7 +40,7 @@ assert exercises_experts.capacity_slots(my_capacity, tokens=192, experts=4, top_
 # %%
 my_crossing = 288
 
-assert measure.all_to_all_bytes(192, 32, 2, 4, 1.25, 4, 1) == 4 * my_crossing * 4 * 32 * 4
+assert traffic.all_to_all_bytes(192, 32, 2, 4, 1.25, 4, 1) == 4 * my_crossing * 4 * 32 * 4
 assert exercises_experts.crossing_tokens(my_crossing, tokens=192, top_k=2, ranks=4)
 
 # %% [markdown]

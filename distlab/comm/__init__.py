@@ -2,6 +2,7 @@
 
 - ``collectives``     naive, parameter-server, ring and tree all-reduce, written on send/recv
 - ``collective_runs`` worker functions that check them against dist.all_reduce and trace them
-- ``cost_model``      the alpha-beta model of what each one costs, and readers of message logs
+- ``cost_model``      the alpha-beta model fitted to this machine (the model: ``predict.alpha_beta``), and
+                      readers of message logs
 - ``measure_costs``   timing messages and all-reduces on real ranks, to fit and test the model
 """

@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 from ..models import DTYPES
 from .collectives import ALGORITHMS, OPS, all_reduce, check_torchrun
-from .cost_model import check_algorithm, merge_logs
+from ..predict.alpha_beta import check_algorithm
+from .cost_model import merge_logs
 
 
 def compare_with_dist(worker, shapes=((12,), (13,), (3, 7)), dtypes=("float32", "float64"),

@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .cost_model import check_algorithm
+from ..predict.alpha_beta import check_algorithm
 
 OPS = ("sum", "avg")
 

@@ -1,6 +1,6 @@
 """Measuring what communication costs on this machine, on real ranks (lesson 03).
 
-``cost_model.py`` predicts; this module measures, so that the two can be compared:
+``predict.alpha_beta`` predicts; this module measures, so that the two can be compared:
 
 * ``measure`` (a worker function: ``distlab.launch(measure_costs.measure, 2)``) times a
   ping-pong and an add, to fit the model's ``Link`` with ``cost_model.fit_link``, then every
@@ -18,7 +18,8 @@ import torch.distributed as dist
 
 from ..models import DTYPES
 from .collectives import ALGORITHMS, all_reduce, check_torchrun
-from .cost_model import BASELINE, Link, best, check_algorithm, predict_time
+from ..predict.alpha_beta import Link, check_algorithm, predict_time
+from .cost_model import BASELINE, best
 
 
 def repeats_for(numel: int, repeats: int | None = None) -> int:

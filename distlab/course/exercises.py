@@ -20,10 +20,10 @@ import math
 import torch
 
 from .. import data
-from ..comm import collectives, cost_model
-from ..measure import memory_model, speedup
+from ..comm import collectives
 from ..models import build_model
-from ..parallel import mesh, schedules, tensor_parallel
+from ..parallel import mesh, schedules
+from ..predict import alpha_beta, bubbles, memory, traffic
 
 
 def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",
@@ -116,7 +116,7 @@ def fusion_in_numbers(answers, model_name: str, width: int) -> bool | None:
     params = list(build_model(model_name, width).parameters())
     grad_bytes = 4 * sum(p.numel() for p in params)
     expected = dict(all_reduces_per_step=len(params), gradient_bytes=grad_bytes,
-                    ring_bytes_sent_at_4=cost_model.bytes_per_rank("ring", 4, grad_bytes // 4)[0])
+                    ring_bytes_sent_at_4=alpha_beta.bytes_per_rank("ring", 4, grad_bytes // 4)[0])
     return check_each("tensor fusion", answers, expected, hints=dict(
         all_reduces_per_step="by hand, one all-reduce per parameter tensor (weights and biases).",
         gradient_bytes="one float32 (4 bytes) per parameter.",
@@ -135,17 +135,17 @@ def horovodrun_start(answer, expected_words: list[str]) -> bool | None:
 def ring_bytes(answer, world_size: int, numel: int) -> bool | None:
     """Lesson 03: bytes each rank of a ring sends to all-reduce ``numel`` float32 numbers."""
     whole = 4 * numel
-    return check("ring bytes", answer, cost_model.bytes_per_rank("ring", world_size, numel)[0], hints={
+    return check("ring bytes", answer, alpha_beta.bytes_per_rank("ring", world_size, numel)[0], hints={
         whole: "that is one whole tensor: count the reduce-scatter and the all-gather.",
         (world_size - 1) * whole: "that is what the parameter server sends: the ring sends chunks.",
         numel: "bytes, not numbers: a float32 is 4 bytes."},
         otherwise="2(N-1) steps, each sends one chunk of n/N numbers of 4 bytes.")
 
 
-def fastest_on_cluster(answers, world_size: int, link: cost_model.Link) -> bool | None:
+def fastest_on_cluster(answers, world_size: int, link: alpha_beta.Link) -> bool | None:
     """Lesson 03: the algorithm the model says is fastest, for a tiny and a huge gradient."""
     def fastest(numel):
-        times = {a: cost_model.predict_time(a, world_size, numel, link) for a in collectives.ALGORITHMS}
+        times = {a: alpha_beta.predict_time(a, world_size, numel, link) for a in collectives.ALGORITHMS}
         return min(times, key=times.get)
 
     expected = dict(fastest_small=fastest(100), fastest_big=fastest(100_000_000))
@@ -154,11 +154,11 @@ def fastest_on_cluster(answers, world_size: int, link: cost_model.Link) -> bool 
         fastest_big="for 100 million floats, bandwidth counts: which sends the fewest bytes per rank?"))
 
 
-def identical_at_two(answer, link: cost_model.Link, numel: int = 1_000) -> bool | None:
+def identical_at_two(answer, link: alpha_beta.Link, numel: int = 1_000) -> bool | None:
     """Lesson 03: which algorithms the model prices identically on 2 ranks (a set of names).
 
     Computed from the model: the algorithms whose predicted time equals the naive one's."""
-    times = {a: cost_model.predict_time(a, 2, numel, link) for a in collectives.ALGORITHMS}
+    times = {a: alpha_beta.predict_time(a, 2, numel, link) for a in collectives.ALGORITHMS}
     expected = {a for a, t in times.items() if math.isclose(t, times["naive"], rel_tol=1e-9)}
     return check("identical on 2 ranks", set(answer) if isinstance(answer, (list, tuple)) else answer,
                  expected, hints=[
@@ -180,9 +180,9 @@ def local_sgd_rounds(answer, measured: int, steps: int, k: int) -> bool | None:
 # --- lesson 05 --------------------------------------------------------------------------------
 def allreduce_on_eight(answer, nbytes: int, messages: int, alpha: float, beta: float) -> bool | None:
     """Lesson 05: the alpha-beta time of one step's ring all-reduces on 8 ranks."""
-    expected = speedup.allreduce_seconds(nbytes, 8, alpha, beta, messages=messages)
+    expected = alpha_beta.all_reduce_seconds(nbytes, 8, alpha, beta, messages=messages)
     return check("all-reduce on 8 ranks", answer, expected, hints={
-        speedup.allreduce_seconds(nbytes, 8, alpha, beta, messages=1):
+        alpha_beta.all_reduce_seconds(nbytes, 8, alpha, beta, messages=1):
             f"each of the {messages} tensors pays the latency of its own 2(N-1) rounds.",
         2 * 7 * messages * alpha + nbytes * beta:
             "a ring rank sends 2(N-1)/N of the bytes, not all of them once."},
@@ -194,7 +194,7 @@ def bubble_of(answer, stages: int, micro_batches: int) -> bool | None:
     """Lesson 06: the idle fraction of a GPipe or 1F1B pipeline of ``stages`` stages and
     ``micro_batches`` micro-batches (a fraction, e.g. 0.25, not 25)."""
     p, m = stages, micro_batches
-    expected = schedules.bubble_fraction(p, m)
+    expected = bubbles.bubble_fraction(p, m)
     return check("pipeline bubble", answer, expected, tolerance=1e-3, hints={
         (p - 1) / m: "that is bubble time over *working* time; the fraction of all the time is (p-1)/(m+p-1).",
         (p - 1) / (m + p - 1) * 100: "as a fraction between 0 and 1, please, not a percentage.",
@@ -213,7 +213,7 @@ def held_on_first_stage(answer, stages: int, micro_batches: int) -> bool | None:
 
 def activation_bytes(answer, batch: int, width: int, micro_batches: int, itemsize: int = 4) -> bool | None:
     """Lesson 06: bytes stage 0 of a 2-stage split of the MLP sends per step (its activations)."""
-    expected = batch * width * itemsize
+    expected = traffic.pipeline_bytes(batch, [width, 10], 0, itemsize=itemsize)
     return check("bytes stage 0 sends", answer, expected, hints={
         batch * width * itemsize // micro_batches: "that is one micro-batch; a step sends all m of them.",
         batch * width: "in bytes: each float32 number is 4 bytes.",
@@ -224,7 +224,7 @@ def activation_bytes(answer, batch: int, width: int, micro_batches: int, itemsiz
 # --- lesson 07 --------------------------------------------------------------------------------
 def tensor_parallel_bytes(answer, batch: int, width: int, itemsize: int = 4) -> bool | None:
     """Lesson 07: bytes one rank passes to all-reduce per step in the split block."""
-    expected = sum(tensor_parallel.predicted_bytes(batch, width, itemsize).values())
+    expected = sum(traffic.tensor_parallel_bytes(batch, width, itemsize=itemsize).values())
     return check("tensor-parallel bytes per step", answer, expected, hints={
         batch * width * itemsize: "that is the forward all-reduce only; backward all-reduces the input's gradient.",
         2 * batch * width: "in bytes: each float32 number is 4 bytes."},
@@ -242,12 +242,13 @@ def rank_in_grid(answer, data: int, pipeline: int, tensor: int, where: dict) -> 
         otherwise="rank = (d x pipeline + p) x tensor + t.")
 
 
-def equal_traffic_batch(answer, width: int, itemsize: int = 4) -> bool | None:
+def equal_traffic_batch(answer, width: int) -> bool | None:
     """Lesson 07: the batch at which the split block's all-reduces move as many bytes per step
-    as data parallelism's all-reduce of every gradient (depth-3 MLP)."""
-    expected = tensor_parallel.data_parallel_bytes(width, itemsize) / (2 * width * itemsize)
+    as data parallelism's all-reduce of every gradient (depth-3 MLP, float32)."""
+    gradient = traffic.gradient_bytes("mlp", width, depth=3)
+    expected = gradient / sum(traffic.tensor_parallel_bytes(1, width).values())
     return check("equal-traffic batch", answer, expected, tolerance=0.02, hints={
-        tensor_parallel.data_parallel_bytes(width, itemsize) / (width * itemsize):
+        gradient / (width * 4):
             "tensor parallelism all-reduces twice per step (forward and backward)."},
         otherwise="set 2 x batch x width x 4 equal to 4 x (the model's number of parameters) and solve.")
 
@@ -256,8 +257,8 @@ def equal_traffic_batch(answer, width: int, itemsize: int = 4) -> bool | None:
 def bytes_per_rank(answer, params: int, world_size: int, stage: int, optimizer: str = "adam",
                    precision: str = "fp32") -> bool | None:
     """Lesson 08: the bytes of parameters, gradients and optimizer state one rank holds."""
-    expected = memory_model.per_rank(params, world_size, stage=stage, optimizer=optimizer, precision=precision).total
-    plain = memory_model.per_rank(params, world_size, stage=0, optimizer=optimizer, precision=precision).total
+    expected = memory.per_rank(params, world_size, stage=stage, optimizer=optimizer, precision=precision).total
+    plain = memory.per_rank(params, world_size, stage=0, optimizer=optimizer, precision=precision).total
     return check("bytes per rank", answer, expected, tolerance=0.01, hints={
         plain: "that is plain data parallelism: every rank a full copy of everything.",
         plain / world_size: "that is everything sharded (stage 3); which parts does this stage shard?"},
@@ -267,7 +268,7 @@ def bytes_per_rank(answer, params: int, world_size: int, stage: int, optimizer: 
 def smallest_stage_that_fits(answer, params: float, world_size: int, budget_gb: float,
                              optimizer: str = "adam", precision: str = "mixed") -> bool | None:
     """Lesson 08: the lowest ZeRO stage (0 to 3) whose per-rank bytes fit ``budget_gb``; None if none does."""
-    fits = [s for s in memory_model.STAGES if memory_model.per_rank(
+    fits = [s for s in memory.STAGES if memory.per_rank(
         params, world_size, stage=s, optimizer=optimizer, precision=precision).total <= budget_gb * 1e9]
     expected = fits[0] if fits else None
     return check("smallest stage that fits", answer, expected, hints={
@@ -277,7 +278,7 @@ def smallest_stage_that_fits(answer, params: float, world_size: int, budget_gb: 
 
 def zero3_traffic_ratio(answer) -> bool | None:
     """Lesson 08: ZeRO-3's bytes sent per step over plain data parallelism's (any size, any N)."""
-    expected = memory_model.volume(1e9, 8, stage=3)["elements"] / memory_model.volume(1e9, 8, stage=0)["elements"]
+    expected = memory.zero_volume(1e9, 8, stage=3)["elements"] / memory.zero_volume(1e9, 8, stage=0)["elements"]
     return check("ZeRO-3 traffic", answer, expected, tolerance=1e-6, hints={
         1.0: "that is stages 1 and 2; stage 3 gathers the parameters a second time, for backward.",
         2.0: "the gradients are only reduce-scattered (half an all-reduce), not all-reduced."},

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 
-from ..experts.moe import MoEConfig, capacity
+from ..predict.traffic import Experts, capacity
 from .exercises import check
 
 
 def capacity_slots(answer, *, tokens: int, experts: int, top_k: int, capacity_factor: float) -> bool | None:
     """Lesson 13: how many of a group's ``tokens`` requests one expert takes at most."""
-    expected = capacity(tokens, MoEConfig(experts, top_k, capacity_factor))
+    expected = capacity(tokens, Experts(experts, top_k, capacity_factor))
     return check("an expert's capacity", answer, expected, hints={
         math.ceil(capacity_factor * tokens / experts): "each token asks k experts: the requests are tokens x k.",
         math.ceil(tokens * top_k / experts): "that is the fair share; the capacity factor gives each expert room "

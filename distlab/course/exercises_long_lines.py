@@ -7,13 +7,14 @@ values come from the functions the lesson's ranks are checked against, never typ
 """
 from __future__ import annotations
 
-from ..sequence import context_parallel, tensor_parallel
+from ..predict import traffic
+from ..sequence import context_parallel
 from .exercises import check
 
 
 def tp_bytes(answer, *, batch: int, tokens: int, d_model: int, layers: int) -> bool | None:
     """Lesson 12: the bytes one rank passes to all-reduce per step with every block's heads and MLP split."""
-    expected = sum(tensor_parallel.predicted_bytes(batch, tokens, d_model, layers).values())
+    expected = sum(traffic.tensor_parallel_bytes(batch, d_model, tokens=tokens, regions=2 * layers).values())
     one = batch * tokens * d_model * 4
     return check("bytes of tensor parallelism", answer, expected, hints={
         expected // 2: "that is the forward pass only: each all-reduce forward (g) has its twin backward (f).",
@@ -27,7 +28,7 @@ def tp_bytes(answer, *, batch: int, tokens: int, d_model: int, layers: int) -> b
 def ring_bytes(answer, *, batch: int, tokens: int, d_model: int, ranks: int) -> bool | None:
     """Lesson 12: the bytes one rank sends in one block's forward pass of ring attention (K and V, hop by hop)."""
     piece = batch * tokens // ranks * d_model * 4            # K or V of one rank's piece of the line
-    expected = 2 * piece * (ranks - 1)
+    expected = traffic.context_parallel_bytes(batch, tokens, d_model, ranks)["forward"]
     return check("bytes round the ring", answer, expected, hints={
         piece * (ranks - 1): "K and V both travel: two tensors each hop.",
         2 * piece * ranks: "after ranks - 1 hops every rank has seen every piece: the last hop is not needed.",

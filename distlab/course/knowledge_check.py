@@ -165,11 +165,11 @@ def expert_troubles(answers) -> bool | None:
 
 def tensor_parallel_traffic(answer, width: int = 512) -> bool | None:
     """Lesson 11 (lesson 07): as the batch grows, whose bytes per step grow: "tensor" or "data" parallelism's?"""
-    from ..parallel import tensor_parallel
+    from ..predict import traffic
 
-    grows = {"tensor": sum(tensor_parallel.predicted_bytes(512, width).values())
-             > sum(tensor_parallel.predicted_bytes(64, width).values()),
-             "data": False}                       # data_parallel_bytes(width) takes no batch at all
+    grows = {"tensor": sum(traffic.tensor_parallel_bytes(512, width).values())
+             > sum(traffic.tensor_parallel_bytes(64, width).values()),
+             "data": False}                       # gradient_bytes("mlp", width) takes no batch at all
     expected = next(k for k, v in grows.items() if v)
     return check("traffic that grows with the batch", answer, expected, hints={
         "data": "data parallelism all-reduces the gradient: one number per parameter, whatever the batch; "
@@ -180,10 +180,10 @@ def tensor_parallel_traffic(answer, width: int = 512) -> bool | None:
 def zero2_bytes_per_parameter(answer, world_size: int = 8) -> bool | None:
     """Lesson 11 (lesson 08): bytes per parameter one of ``world_size`` ranks holds at ZeRO-2
     (Adam, mixed precision: the ZeRO paper's 16 bytes per parameter at stage 0)."""
-    from ..measure import memory_model
+    from ..predict import memory
 
     def held(stage):
-        return memory_model.per_rank(1, world_size, stage=stage, optimizer="adam", precision="mixed").total
+        return memory.per_rank(1, world_size, stage=stage, optimizer="adam", precision="mixed").total
 
     return check("ZeRO-2 bytes per parameter", answer, held(2), tolerance=0.01, hints={
         held(0): "that is stage 0: every rank a full copy of everything.",

@@ -3,10 +3,10 @@
 Introduced in lesson 13 (experts: a bigger model for the same compute).  Every function reads the
 records the ranks handed back (``training.train``); nothing here runs a model.
 
-* **bytes**: an MoE layer moves each kept request twice in the forward (to its expert, and back) and
-  twice in the backward (its gradient there and back).  If the router spreads the tokens evenly, each
-  expert is asked ``tokens x k / E`` times by each rank (at most its capacity), and the share that
-  crosses to another rank is ``(n - 1) / n``: the rest stays on the rank that asked.
+* **bytes**: what crossed between ranks, step by step, to hold against the formula
+  (``predict.traffic.all_to_all_bytes``: each kept request twice forward, to its expert and back,
+  and twice backward, ``(n - 1) / n`` of them crossing to another rank if the router spreads the
+  tokens evenly).
 * **balance**: the busiest expert's requests against the mean, step by step: 1 is perfect balance.
 * **the cost of imbalance**: every rank waits, in the combine, for the slowest expert rank; the
   slowest rank's expert time against the mean is the share of the step the others spend waiting.
@@ -14,22 +14,6 @@ records the ranks handed back (``training.train``); nothing here runs a model.
 from __future__ import annotations
 
 import statistics
-
-from .moe import MoEConfig, capacity
-
-
-def all_to_all_bytes(tokens: int, d_model: int, top_k: int, experts: int, capacity_factor: float,
-                     ranks: int, layers: int, bytes_per_number: int = 4) -> float:
-    """Lesson 13: the bytes one training step's all-to-alls carry between ranks, all ``ranks`` of an
-    expert group together, if the router spreads each rank's ``tokens`` evenly over the experts.
-
-    Per rank and layer: E x min(tokens x k / E, capacity) requests are kept, (n - 1)/n of them go to
-    another rank, each a row of ``d_model`` numbers, four times (dispatch and combine, forward and
-    backward)."""
-    cfg = MoEConfig(experts, top_k, capacity_factor)
-    kept = experts * min(tokens * top_k / experts, capacity(tokens, cfg))
-    crossing = kept * (ranks - 1) / ranks
-    return layers * 4 * ranks * crossing * d_model * bytes_per_number
 
 
 def measured_bytes(records) -> list[int]:

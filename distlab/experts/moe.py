@@ -9,9 +9,10 @@ Three things make it trainable and runnable, all written out here:
 
 * **the gate**: a token's output is its experts' outputs weighted by the router's probabilities (for
   k = 2 renormalised over the two, as GShard does), so the router learns through those weights;
-* **the capacity**: each expert takes at most ``ceil(capacity_factor x tokens x k / E)`` tokens of a
-  group; the rest are *dropped* (their MLP output is zero, the residual carries them on).  A fixed
-  capacity gives every expert, and later every rank, a buffer of known size.  First choices are
+* **the capacity** (``predict.traffic.capacity``): each expert takes at most
+  ``ceil(capacity_factor x tokens x k / E)`` tokens of a group; the rest are *dropped* (their MLP
+  output is zero, the residual carries them on).  A fixed capacity gives every expert, and later
+  every rank, a buffer of known size.  First choices are
   served before second choices, each in token order (Lepikhin et al. 2020, GShard, section 2.2);
 * **the balancing losses**: left alone, a router sends most tokens to the few experts that won early.
   Switch Transformer's auxiliary loss ``E x sum_e f_e P_e`` (Fedus et al. 2021, equation 4: ``f_e`` the
@@ -23,12 +24,13 @@ parallelism each rank routes its own tokens, so one process equals n ranks when 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..predict.traffic import capacity
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,6 @@ class MoEConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-
-
-def capacity(tokens: int, cfg: MoEConfig) -> int:
-    """Lesson 13: how many of a group's ``tokens`` one expert takes: ``ceil(factor x tokens x k / E)``."""
-    return math.ceil(cfg.capacity_factor * tokens * cfg.top_k / cfg.experts)
 
 
 @dataclass

@@ -1,10 +1,9 @@
 """Measuring whether distributing pays (lesson 05).
 
 - ``scaling``      measuring samples per second on 1, 2, ... real ranks, and where a step's time goes
-- ``speedup``      reading the measurements: speedups, Amdahl's law, the alpha-beta prediction
+- ``speedup``      reading the measurements: speedups, and fitting Amdahl's law and alpha-beta to them
 - ``large_batch``  what a larger global batch does to accuracy, and the learning-rate rules
 - ``ceiling``      how much faster N ranks compute at all here, with no communication (lesson 06)
 - ``more_data``    more data, more accuracy: the company's question, answered on real ranks (lesson 05)
-- ``memory_model`` where a rank's memory goes, predicted before anything runs (lesson 08)
 - ``memory_held``  what a rank really holds, counted tensor by tensor (lesson 08)
 """

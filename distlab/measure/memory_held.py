@@ -1,9 +1,9 @@
 """What a rank really holds: counting the bytes of its tensors, by category (lesson 08).
 
-``memory_model.py`` predicts; this module counts, so that the two can be compared.  It does
-not ask the operating system (a process's resident memory includes PyTorch's libraries,
-the data set and allocator caches, and on a GPU the allocator rounds every block up):
-it walks the tensors the training keeps and adds up their *storages*, the buffers that
+``predict.memory`` and ``predict.activations`` predict; this module counts, so that the two can
+be compared.  It does not ask the operating system (a process's resident memory includes
+PyTorch's libraries, the data set and allocator caches, and on a GPU the allocator rounds every
+block up): it walks the tensors the training keeps and adds up their *storages*, the buffers that
 hold the numbers.  A storage shared by several tensors (a parameter that is a view of a
 flat buffer, a gradient shard that is a slice of the full gradient) is counted once, in
 the first category that reaches it.  Sharded tensors (FSDP2's ``DTensor``) count only their

@@ -1,4 +1,4 @@
-"""Reading speed measurements: speedups, and two models that predict them.
+"""Reading speed measurements: speedups, and the constants of the models that predict them.
 
 Introduced in lesson 05 (``notebooks/05_does_distributing_pay.ipynb``).  ``scaling.py``
 measures rows of samples per second on real ranks; this module only reads such rows (the
@@ -7,14 +7,11 @@ lesson's widgets use it too):
 1. ``speedups`` compares each world size with one process (and with one process using as
    many threads as the ranks use cores);
 2. ``fit_amdahl`` explains them with Amdahl's law (a part of the work that does not shrink);
-3. ``fit_alpha_beta`` and ``predicted_speedup`` explain them with the alpha-beta model of
-   lesson 03, fitted to the all-reduces measured inside training.
+3. ``fit_alpha_beta`` explains them with the alpha-beta model of lesson 03, fitted to the
+   all-reduces measured inside training.
 
-Why compute per byte decides everything: every step, each rank computes on its own
-``B`` samples (work that shrinks as ranks are added) but sends its *whole* gradient (work
-that does not).  A wide MLP at a large batch does millions of multiply-adds per byte
-sent; a narrow one at a small batch does a few, and its ranks spend the step talking.
-``flops_per_sample`` and ``compute_per_byte`` count that work.
+The models themselves, and the count of the work a step does per byte it sends, are
+``predict.speedup`` and ``predict.flops``.
 """
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ import statistics
 
 import torch
 
-from ..models import DTYPES, build_model, count_parameters
+from ..predict.alpha_beta import all_reduce_seconds
 
 # The regimes lesson 05 compares (global batch, 2 ranks): the worst found on 2 cores, the
 # untuned probe of the course's issue, and the most compute-bound found (bench/scaling.py --grid).
@@ -30,45 +27,6 @@ REGIMES = {"worst": dict(model="mlp", width=64, global_batch_size=64),
            "probe": dict(model="mlp", width=1024, global_batch_size=896),
            "best": dict(model="cnn", width=16, global_batch_size=1436)}
 
-
-
-# ---------------------------------------------------------------------------------------------
-# How much work is one step? (counted, not timed)
-# ---------------------------------------------------------------------------------------------
-def flops_per_sample(model: str, width: int) -> int:
-    """Lesson 05: multiply-adds x2 of one *forward* pass on one 8x8 digit.
-
-    Counted from the layers themselves (a forward hook per ``Linear``/``Conv2d``), so it
-    follows the model if the model changes.  Training costs about three times this
-    (forward, then backward for the activations and for the weights).
-    """
-    net = build_model(model, width)
-    total = 0
-
-    def count(layer, inputs, output):
-        nonlocal total
-        if isinstance(layer, torch.nn.Linear):
-            total += 2 * layer.in_features * layer.out_features
-        elif isinstance(layer, torch.nn.Conv2d):
-            k = layer.kernel_size[0] * layer.kernel_size[1]
-            total += 2 * layer.in_channels * layer.out_channels * k * output[0, 0].numel()
-
-    hooks = [m.register_forward_hook(count) for m in net.modules()]
-    with torch.no_grad():
-        net(torch.zeros(1, 1, 8, 8))
-    for h in hooks:
-        h.remove()
-    return total
-
-
-def gradient_bytes(model: str, width: int, dtype: str = "float32") -> int:
-    """Bytes each rank sends into the all-reduce every step: one number per parameter."""
-    return count_parameters(build_model(model, width)) * DTYPES[dtype].itemsize
-
-
-def compute_per_byte(model: str, width: int, batch_size: int, dtype: str = "float32") -> float:
-    """Lesson 05: training FLOPs of one rank's step per byte of gradient it must send."""
-    return 3 * flops_per_sample(model, width) * batch_size / gradient_bytes(model, width, dtype)
 
 # ---------------------------------------------------------------------------------------------
 # Comparing measurements
@@ -164,13 +122,8 @@ def verdicts(rows, world_size: int = 2) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Models that predict the speedup
+# The constants of the models that predict the speedup (the models: predict.speedup)
 # ---------------------------------------------------------------------------------------------
-def amdahl_speedup(n, serial_fraction: float):
-    """Lesson 05: Amdahl's law: a fraction ``s`` of the work does not shrink with N workers."""
-    return 1.0 / (serial_fraction + (1.0 - serial_fraction) / n)
-
-
 def fit_amdahl(world_sizes, measured_speedups) -> float:
     """Lesson 05: the serial fraction ``s`` that best explains measured speedups.
 
@@ -186,33 +139,20 @@ def fit_amdahl(world_sizes, measured_speedups) -> float:
     return sum(x * y for x, y in zip(a, b)) / sum(x * x for x in a)
 
 
-def allreduce_seconds(nbytes: float, world_size: int, alpha: float, beta: float,
-                      messages: int = 1) -> float:
-    """Lesson 05: the alpha-beta cost of ring all-reducing ``nbytes`` in ``messages`` calls.
-
-    A ring all-reduce takes ``2 (N-1)`` rounds (reduce-scatter, then all-gather); each round
-    pays a latency ``alpha`` and moves ``nbytes / N`` bytes at ``beta`` seconds per byte.
-    This is lesson 03's ``cost_model.predict_time("ring", ...)`` with one link per rank
-    (``lanes=None``) and no adding cost; here alpha and beta are fitted to the all-reduces
-    *inside training* (``fit_alpha_beta``) rather than to a ping-pong.
-    """
-    if world_size == 1:
-        return 0.0
-    n = world_size
-    return messages * 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
-
-
 def fit_alpha_beta(rows) -> tuple[float, float]:
     """Lesson 05: latency ``alpha`` (s) and inverse bandwidth ``beta`` (s/byte) from measured rows.
 
     Uses each row's measured communication time (``comm_s``: from the last rank's arrival
     at the all-reduces to their end) against its gradient size and number of tensors;
     least squares, with neither coefficient allowed below zero (then the better of the
-    one-coefficient fits is kept).
+    one-coefficient fits is kept).  The model is linear in alpha and beta, so what multiplies
+    each is read from the model itself (``predict.alpha_beta.all_reduce_seconds`` with one of
+    them 1 and the other 0), not written out a second time.
     """
-    pts = [(r["n_tensors"] * 2 * (r["world_size"] - 1),
-            2 * (r["world_size"] - 1) / r["world_size"] * r["grad_bytes"], r["comm_s"])
-           for r in rows if r["world_size"] > 1 and r["comm_s"] == r["comm_s"]]
+    def weights(r):
+        return [all_reduce_seconds(r["grad_bytes"], r["world_size"], a, b, r["n_tensors"]) for a, b in ((1, 0), (0, 1))]
+
+    pts = [(*weights(r), r["comm_s"]) for r in rows if r["world_size"] > 1 and r["comm_s"] == r["comm_s"]]
     if not pts:
         raise ValueError("fit_alpha_beta needs by_hand rows with more than one rank")
     x = torch.tensor([p[:2] for p in pts], dtype=torch.float64)
@@ -230,7 +170,8 @@ def fit_alpha_beta(rows) -> tuple[float, float]:
 def compute_ratios(rows, world_size: int = 2) -> list[dict]:
     """Lesson 05: did each rank's forward+backward really shrink to 1/N of one process's?
 
-    The alpha-beta prediction (``predict_step_seconds``) assumes it did in strong scaling.
+    The alpha-beta prediction (``predict.speedup.predict_step_seconds``) assumes it did in strong
+    scaling.
     This compares the measured ``compute_s`` (forward and backward, per rank and step) at
     ``world_size`` ranks with one process at one thread, repeat by repeat (``repeat_ratios``):
     ``ideal`` is 1/N in strong scaling and 1 in weak scaling.  A ratio above the ideal is
@@ -246,24 +187,3 @@ def compute_ratios(rows, world_size: int = 2) -> list[dict]:
     return out
 
 
-def predict_step_seconds(one: dict, world_size: int, alpha: float, beta: float,
-                         compute_s: float | None = None) -> float:
-    """Lesson 05: a step's time at ``world_size`` ranks, from the one-rank row and alpha-beta.
-
-    Compute shrinks with N in strong scaling (each rank gets 1/N of the batch) and stays in
-    weak scaling; the rest of the step (the optimiser updates every parameter on every
-    rank, data handling) does not shrink; the all-reduce grows with N.  ``compute_s``, when
-    given, replaces that assumed compute by one measured at ``world_size`` ranks
-    (``compute_ratios`` says how far the two differ).
-    """
-    if compute_s is None:
-        compute_s = one["compute_s"] / world_size if one["scaling"] == "strong" else one["compute_s"]
-    comm = allreduce_seconds(one["grad_bytes"], world_size, alpha, beta, one["n_tensors"])
-    return compute_s + one["other_s"] + comm
-
-
-def predicted_speedup(one: dict, world_size: int, alpha: float, beta: float,
-                      compute_s: float | None = None) -> float:
-    """Samples/s at ``world_size`` ranks over one rank, as ``predict_step_seconds`` sees it."""
-    samples = 1 if one["scaling"] == "strong" else world_size
-    return samples * one["step_s"] / predict_step_seconds(one, world_size, alpha, beta, compute_s)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..comm.cost_model import ALGORITHMS
+from ..predict.alpha_beta import ALGORITHMS
 from ..data import check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
 from ..datasets import check_dataset, train_samples
 from ..models import build_model

@@ -66,7 +66,7 @@ class HandWrittenAllReduce(AllReduceEachParameter):
     """Lesson 03: the same, with one of the hand-written all-reduces of ``comm/collectives.py``."""
 
     def __init__(self, worker, algorithm: str):
-        from ..comm.cost_model import check_algorithm
+        from ..predict.alpha_beta import check_algorithm
 
         check_algorithm(algorithm)
         super().__init__(worker, collective=algorithm)

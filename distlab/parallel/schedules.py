@@ -25,8 +25,8 @@ goes forward through every stage and back again while all but one stage wait.
 
 ``simulate`` predicts when every pass starts and ends from their costs and from what each
 pass waits for; the *bubble* is the fraction of the stages' time spent waiting.  For GPipe
-and 1F1B with equal stages it is ``(p - 1) / (m + p - 1)`` (``bubble_fraction``); the lesson
-compares both with the bubble measured on real ranks.
+and 1F1B with equal stages it is ``(p - 1) / (m + p - 1)`` (``predict.bubbles.bubble_fraction``);
+the lesson compares both with the bubble measured on real ranks.
 """
 from __future__ import annotations
 
@@ -115,20 +115,11 @@ def schedule(name: str, stages: int, micro_batches: int, chunks: int = 1) -> lis
     return [SCHEDULES[name](stages, micro_batches, s) for s in range(stages)]
 
 
-def bubble_fraction(stages: int, micro_batches: int, chunks: int = 1) -> float:
-    """Lesson 06: the idle fraction of an ideal pipeline, ``(p - 1) / (v m + p - 1)``.
-
-    A stage works ``v m`` passes' worth and waits for the pipe to fill and drain, ``p - 1``
-    passes' worth: ``(p - 1) / (m + p - 1)`` for GPipe and 1F1B (``v = 1``).
-    """
-    p, m, v = stages, micro_batches, chunks
-    return (p - 1) / (v * m + p - 1)
-
-
 def held_activations(ops: list[Op]) -> int:
     """Lesson 06: the most micro-batches whose activations a stage keeps at once, per the
     schedule (a forward stores them, the backward of the same micro-batch and chunk frees
-    them).  ``pipeline.py`` counts the same thing on the real ranks."""
+    them).  ``pipeline.py`` counts the same thing on the real ranks, and
+    ``predict.bubbles.held_micro_batches`` is its closed form."""
     held, peak = set(), 0
     for op in ops:
         if op.kind == "F":

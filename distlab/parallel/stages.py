@@ -8,45 +8,24 @@ runs its layers and sends its output on; in the backward pass the gradients trav
 other way.
 
 Where to cut?  A pipeline runs at the pace of its slowest stage, so the cuts balance the
-*work*: the multiply-adds each layer does for one sample (``layer_costs``), found by running
-one sample through the model.  Layers without weights (ReLU, pooling, flattening) stay with
-the layer before them (or go with the first stage), so every stage owns at least one layer
-with weights, and every rank has something to train.
+*work*: the multiply-adds each layer does for one sample (``predict.flops.layer_costs``, found
+by running one sample through the model), shared out by ``predict.stage_cut``.  Layers without
+weights (ReLU, pooling, flattening) stay with the layer before them (or go with the first
+stage), so every stage owns at least one layer with weights, and every rank has something to
+train.
 """
 from __future__ import annotations
 
-import itertools
-
 import torch
 from torch import nn
+
+from ..predict.flops import layer_costs
+from ..predict.stage_cut import balanced_starts
 
 
 def weighted_layers(model: nn.Sequential) -> list[int]:
     """Lesson 06: positions of the layers that have parameters."""
     return [i for i, layer in enumerate(model) if any(True for _ in layer.parameters())]
-
-
-def layer_costs(model: nn.Sequential, sample: torch.Tensor) -> list[int]:
-    """Lesson 06: multiply-adds of each layer for one sample (0 for layers without weights).
-
-    A linear layer does one per weight for every vector it is applied to (one for a digit, one per
-    token for lesson 12's transformer); a convolution one per weight per output position.  A layer made
-    of layers (a transformer block) does what its linear layers and convolutions do together.
-    """
-    costs, x = [], sample[:1]
-    with torch.no_grad():
-        for layer in model:
-            done = []
-
-            def count(module, args, out, done=done):
-                per = out.shape[-1] * out.shape[-2] if isinstance(module, nn.Conv2d) else out.numel() // out.shape[-1]
-                done.append(module.weight.numel() * per)
-            hooks = [m.register_forward_hook(count) for m in layer.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-            x = layer(x)
-            for h in hooks:
-                h.remove()
-            costs.append(sum(done))
-    return costs
 
 
 def check_stages(model: nn.Sequential, stages: int) -> None:
@@ -62,19 +41,15 @@ def check_stages(model: nn.Sequential, stages: int) -> None:
 def cut_points(model: nn.Sequential, stages: int, sample: torch.Tensor) -> list[int]:
     """Lesson 06: where each stage starts (a position in ``model``), balancing the work.
 
-    Tries every way of giving each stage a run of consecutive weighted layers and keeps the
-    one whose busiest stage does the least work: the pipeline's pace.  (Models here have a
-    handful of layers, so trying them all is instant, and obviously right.)
+    Each stage gets a run of consecutive weighted layers, chosen so that the busiest stage does
+    the least work (``predict.stage_cut.balanced_starts``, on the multiply-adds of
+    ``predict.flops.layer_costs``): the pipeline's pace.  The first stage also takes any layers
+    without weights in front.
     """
     check_stages(model, stages)
     weighted, costs = weighted_layers(model), layer_costs(model, sample)
-    best, best_starts = None, None
-    for cuts in itertools.combinations(range(1, len(weighted)), stages - 1):
-        bounds = (0, *cuts, len(weighted))
-        load = max(sum(costs[weighted[i]] for i in range(a, b)) for a, b in zip(bounds, bounds[1:]))
-        if best is None or load < best:
-            best, best_starts = load, [0] + [weighted[c] for c in cuts]
-    return best_starts
+    starts = balanced_starts([costs[i] for i in weighted], stages)
+    return [0] + [weighted[c] for c in starts[1:]]
 
 
 def split(model: nn.Sequential, stages: int, sample: torch.Tensor) -> list[nn.Sequential]:

@@ -17,7 +17,8 @@ So the forward pass costs one all-reduce of the block's output, and the backward
 all-reduce of the gradient of its input (each rank's slice contributes part of it).  The two
 are the conjugate operators ``f`` and ``g`` of the Megatron paper, written below as two small
 autograd functions.  Every all-reduce records its bytes in ``Traffic``, which the lesson puts
-next to data parallelism's all-reduce of every gradient.
+next to data parallelism's all-reduce of every gradient (the formulas for both are
+``predict.traffic``'s ``tensor_parallel_bytes`` and ``gradient_bytes``).
 
 ``parallel_mlp`` wraps the course's MLP with ``depth=3``: ``fc1`` and ``out`` stay whole on
 every rank (they receive identical inputs and gradients, so they stay identical), and
@@ -32,7 +33,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import global_batch
-from ..models import build_model, count_parameters
 from ..processes.checks import check_int
 from ..records import RankRecord
 from ..train.reduce import GradientReducer
@@ -156,20 +156,6 @@ def merge_params(per_rank: list[dict[str, torch.Tensor]]) -> dict[str, torch.Ten
     """Lesson 07: the whole model's parameters from every rank's slices (in rank order)."""
     return {name: torch.cat([p[name] for p in per_rank], dim=SPLIT[name]) if name in SPLIT
             else per_rank[0][name] for name in per_rank[0]}
-
-
-def predicted_bytes(batch: int, width: int, itemsize: int = 4) -> dict[str, int]:
-    """Lesson 07: bytes each rank passes to all-reduce per step: the block's output forward,
-    the gradient of its input backward, ``batch x width`` numbers each."""
-    return {"forward": batch * width * itemsize, "backward": batch * width * itemsize}
-
-
-def data_parallel_bytes(width: int, itemsize: int = 4) -> int:
-    """Lesson 07: what data parallelism all-reduces per step on the same model: every gradient.
-
-    It does not depend on the batch; tensor parallelism's traffic grows with the batch.
-    """
-    return count_parameters(build_model("mlp", width, depth=3)) * itemsize
 
 
 # ---------------------------------------------------------------------------------------------

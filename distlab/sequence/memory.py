@@ -9,6 +9,7 @@ memory, and the scores of attention grow with the square of the line.
 is called for every tensor saved for backward, including those a hand-written
 ``autograd.Function`` saves (ring attention's).  A tensor saved twice, or a view of one already
 counted, is counted once (by its storage), and the parameters are not activations, so they are left out.
+``predict.activations.transformer_activation_bytes`` predicts the same count from the model's shapes.
 """
 from __future__ import annotations
 
@@ -43,75 +44,3 @@ class SavedTensors:
 
     def __exit__(self, *exc) -> None:
         self._hooks.__exit__(*exc)
-
-
-def predicted_activation_bytes(cfg, batch: int, tokens: int, *, tensor: int = 1, sequence_parallel: bool = False,
-                               context: int = 1, attention: str = "ring", itemsize: int = 4) -> dict[str, int]:
-    """Lesson 12: the bytes of activations one rank keeps for backward in one step, by part, from the
-    model's shapes alone (``cfg`` a ``TransformerConfig``; ``batch`` lines of ``tokens`` tokens).
-
-    Korthikanti et al. 2022 (§4.1, their equation 1) count a transformer layer's activations as
-    ``sbh(34 + 5as/h)`` bytes: ``s`` tokens, ``b`` lines, ``h`` the model width, ``a`` heads, 16-bit
-    numbers and dropout masks.  This model has no dropout and 32-bit numbers, so counted in numbers,
-    each block keeps (``n = b s h``, MLP width ``4h``):
-
-    * ``n`` the first LayerNorm's input and ``2bs`` its mean and spread; the same for the second;
-    * ``n`` the input of Q, K and V (one tensor, kept once), ``3n`` Q, K and V themselves,
-      ``a b s^2`` the softmax's probabilities (and, causal, the ``s^2``-byte mask), ``n`` the input of
-      the output projection;
-    * ``n`` the MLP's input, ``4n`` GELU's input and ``4n`` its output;
-
-    that is ``16n + a b s^2``: their 34 = 2 x 16 + 2 bytes of dropout masks, with the same ``a s^2``
-    term (their 5 = 2 + 1 + 2 bytes for probabilities, dropout mask, dropped probabilities).
-    Splitting divides what each rank keeps:
-
-    * **tensor parallelism** over ``t`` ranks: what lies between f and g (Q, K, V, the probabilities,
-      the output projection's input, the MLP's hidden units) by ``t``; the LayerNorms' inputs and the
-      inputs of the split regions stay whole (their 10 sbh of ``10 + 24/t``);
-    * **+ sequence parallelism**: the LayerNorms' inputs by ``t`` too.  The inputs of Q/K/V and of
-      the MLP are the all-gathered line here, kept whole: Megatron keeps them in pieces and gathers
-      them again in the backward, which this code does not;
-    * **context parallelism** over ``c`` ranks: every token-wise tensor by ``c``.  Attention keeps,
-      gathered, the whole line's K and V and ``a b (s/c) s`` probabilities; on the ring, no
-      probabilities at all (the backward recomputes them from Q, K and each query's log-sum-exp),
-      only Q, K and V of its tokens and one log-sum-exp per query.
-    Outside the blocks: the tokens' pixels, the last LayerNorm, the read-out's input and the losses.
-    The ``total`` is checked against ``SavedTensors`` (what PyTorch really keeps) in tests/test_sequence.py."""
-    b, s, h, a = batch, tokens, cfg.d_model, cfg.heads
-    m = cfg.mlp_ratio * h
-    t = tensor
-    sl = s // context                                  # the tokens this rank holds between attentions
-    shard = t if sequence_parallel else 1              # sequence parallelism: the line in t pieces there
-    n_local = b * sl * h
-    parts = {}
-    layer = {
-        "layernorm inputs and statistics": 2 * (b * sl * h + 2 * b * sl) // shard,
-        "inputs of the split regions": 2 * (b * s * h if sequence_parallel else n_local),
-        "MLP hidden units": 2 * b * sl * m // t,
-        "output projection input": n_local // t,
-    }
-    if context == 1:
-        layer["Q, K, V"] = 3 * n_local // t
-        layer["attention probabilities"] = a * b * s * s // t
-    elif attention == "all_gather":
-        layer["Q, K, V"] = n_local // t + 2 * b * s * h // t         # its Q; everyone's K and V
-        layer["attention probabilities"] = a * b * sl * s // t
-    else:
-        layer["Q, K, V"] = 3 * n_local // t
-        # its output is the output projection's input itself (laid out as Q is, the heads side by side
-        # is a view of it), so the ring adds only each query's log-sum-exp
-        layer["ring log-sum-exp"] = a * b * sl // t
-    for name, numbers in layer.items():
-        parts[name] = cfg.layers * numbers * itemsize
-    if cfg.causal and context == 1:
-        parts["causal masks"] = cfg.layers * s * s                       # one byte per query-key pair
-    elif cfg.causal and attention == "all_gather":
-        parts["causal masks"] = cfg.layers * sl * s
-    k = tokens // 16
-    # the read-out's input: each digit's mean is a tensor of its own; a causal reader's last tokens are a
-    # view of the whole (gathered) line, which the digit head's product then keeps alive
-    read_out = b * s * h if cfg.causal else b * k * h
-    parts["outside the blocks"] = (b * sl * 4 // shard + (b * sl * h + 2 * b * sl) // shard
-                                   + read_out + b * k * 10 + b * 2) * itemsize + 8 * (b * (k + 1) + sl // shard)
-    parts["total"] = sum(parts.values())
-    return parts

@@ -14,6 +14,7 @@ Shoeybi et al. 2019, figure 3):
 So each region costs one all-reduce forward (``g``, the partial sums) and one backward (``f``,
 the input's gradient), and the LayerNorms, embeddings and heads stay whole on every rank: they
 see the same activations and get the same gradients, so they stay equal without talking.
+``predict.traffic.tensor_parallel_bytes`` and ``tensor_parallel_wire_bytes`` predict the bytes.
 """
 from __future__ import annotations
 
@@ -143,30 +144,6 @@ def merge_params(per_rank: list[dict[str, torch.Tensor]]) -> dict[str, torch.Ten
         return next((dim for suffix, dim in SPLIT.items() if name.endswith(suffix)), None)
     return {name: torch.cat([p[name] for p in per_rank], dim=cut(name)) if cut(name) is not None
             else per_rank[0][name] for name in per_rank[0]}
-
-
-def predicted_bytes(batch: int, tokens: int, d_model: int, layers: int, itemsize: int = 4,
-                    sequence_parallel: bool = False) -> dict[str, int]:
-    """Lesson 12: the tensors each rank's collectives combine per step: per block, two regions, each one
-    activation of ``batch x tokens x d_model`` numbers forward (g) and one backward (f).  With sequence
-    parallelism each region has two collectives each way (an all-gather and a reduce-scatter of that
-    size): twice the tensors, but each is half an all-reduce's work, so the same bytes on the wire."""
-    one = batch * tokens * d_model * itemsize * (2 if sequence_parallel else 1)
-    return {"forward": 2 * layers * one, "backward": 2 * layers * one}
-
-
-def wire_bytes(batch: int, tokens: int, d_model: int, layers: int, ranks: int, itemsize: int = 4,
-               sequence_parallel: bool = False, token_params: int = 0) -> int:
-    """Lesson 12: the bytes each rank sends per step with ring collectives (lesson 03): an all-reduce of
-    S bytes sends 2(n-1)/n S, a reduce-scatter or an all-gather (n-1)/n S.  Per block, two regions,
-    each an all-reduce each way (TP) or a reduce-scatter and an all-gather each way (TP+SP): the same.
-    Sequence parallelism adds the gather of the line before the read-out, and the sum of the gradients
-    of the ``token_params`` numbers (LayerNorms, embeddings, biases) that saw only this rank's tokens."""
-    n, one = ranks, batch * tokens * d_model * itemsize
-    total = 4 * layers * 2 * (n - 1) / n * one
-    if sequence_parallel:
-        total += (n - 1) / n * one + 2 * (n - 1) / n * token_params * itemsize
-    return round(total)
 
 
 def split_model_with_torch(model: LineReader, device_mesh, sequence_parallel: bool = False) -> LineReader:

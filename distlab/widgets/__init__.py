@@ -11,7 +11,7 @@ files its ranks write), ``horovod`` (10: Horovod's own timeline, drawn from its 
 K/V blocks, the causal mask by rank, activations against the line's length, what each rank holds) and
 ``experts`` (13: the load on each expert with its dropped requests, the all-to-all's rank-to-rank
 matrix, the router's choice for each patch, one MoE layer's forward on every rank).
-The memory calculator draws the memory model (``measure.memory_model``), itself no record
+The memory calculator draws the memory model (``predict.memory``), itself no record
 but a formula.  Widgets read records and never train: a "measure" button calls a function the
 lesson hands it, and the monitor and the timeline only read files.
 """

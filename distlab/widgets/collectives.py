@@ -25,9 +25,9 @@ from matplotlib.patheffects import withStroke
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from ..comm import cost_model as M
-from ..comm.cost_model import BASELINE
-from ..comm.cost_model import ALGORITHMS, PHASE_ORDER, bytes_sent
+from ..comm.cost_model import BASELINE, PHASE_ORDER, bytes_sent
+from ..predict import alpha_beta as M
+from ..predict.alpha_beta import ALGORITHMS
 from .display import ALGORITHM_COLOURS, NARROW, WIDTH, LiveFigure, figure_png, rank_colour
 
 # each algorithm's colour, marker and line style, the same in every picture

@@ -2,7 +2,7 @@
 
 Introduced in ``notebooks/03_combining_gradients.ipynb``.  ``cost_explorer(link,
 measurements)`` draws, for each algorithm, the busiest rank's traffic against N, the time
-against tensor size and the time against N, from ``cost_model`` with a ``Link`` fitted on
+against tensor size and the time against N, from ``predict.alpha_beta`` with a ``Link`` fitted on
 this machine, and lets the learner switch to a cluster (one link per rank).  Like
 ``widgets/collectives.py`` it is a live widget and, for viewers without a widget manager,
 a PNG plus a plain-text account.
@@ -15,9 +15,9 @@ import math
 import ipywidgets as W
 from matplotlib.figure import Figure
 
-from ..comm import cost_model as M
-from ..comm.cost_model import ALGORITHMS
 from ..comm.cost_model import BASELINE, best
+from ..predict import alpha_beta as M
+from ..predict.alpha_beta import ALGORITHMS
 from .collectives import ALGORITHM_STYLE
 from .display import WIDTH, LiveFigure
 

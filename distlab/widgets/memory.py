@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipywidgets as W
 from matplotlib.figure import Figure
 
-from ..measure import memory_model as M
+from ..predict import memory as M
 from .display import BLUE, GREY, ORANGE, SKY_BLUE, VERMILLION, WIDTH, LiveFigure
 
 CATEGORY_COLOURS = {"params": BLUE, "grads": SKY_BLUE, "optimizer": ORANGE, "activations": GREY}

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..parallel import schedules
+from ..predict import bubbles
 from .display import BLUE, GREY, NARROW, SKY_BLUE, VERMILLION, WIDTH, LiveFigure
 
 PASS_COLOURS = {"F": SKY_BLUE, "B": BLUE}
@@ -80,7 +81,7 @@ def bubble_rows(runs: dict, skip: int = 2) -> list[dict]:
         held = [max(e["held"] for e in r.events) for r in records]
         measured = statistics.median(schedules.bubble(schedules.timeline(records, s)) for s in steps)
         out.append(dict(schedule=schedule, m=m, measured=measured,
-                        predicted=schedules.bubble_fraction(len(records), m), held=held))
+                        predicted=bubbles.bubble_fraction(len(records), m), held=held))
     return out
 
 
@@ -94,7 +95,7 @@ def bubble_figure(rows: list[dict]) -> Figure:
             ax.plot([r["m"] for r in mine], [r["measured"] for r in mine], marker=marker, label=f"{schedule}, measured")
     ms = sorted({r["m"] for r in rows})
     p = len(rows[0]["held"])
-    ax.plot(ms, [schedules.bubble_fraction(p, m) for m in ms], color=GREY, linestyle="--",
+    ax.plot(ms, [bubbles.bubble_fraction(p, m) for m in ms], color=GREY, linestyle="--",
             label=f"(p-1)/(m+p-1), p = {p}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ms, [str(m) for m in ms])
@@ -126,7 +127,7 @@ def pipeline_explorer(runs: dict, step: int = -1) -> LiveFigure:
     def describe(name, m):
         got = measured(name, m)
         p = len(got) if got else 2
-        text = f"{name}, m = {m}: predicted bubble {schedules.bubble_fraction(p, m):.0%}"
+        text = f"{name}, m = {m}: predicted bubble {bubbles.bubble_fraction(p, m):.0%}"
         return text + (f", measured {schedules.bubble(got):.0%}" if got else " (not run)")
 
     return LiveFigure([schedule, micro], draw, describe)

@@ -13,7 +13,7 @@ that ``distlab.measure.scaling.run_scaling`` measured on real ranks:
 
 The widget's "measure" button calls the function the lesson hands it (``measure=``), which
 runs the real measurement and returns new rows; the widget itself only reads rows, with the
-pure analysis of ``distlab.measure.speedup``.
+pure analysis of ``distlab.measure.speedup`` and the formulas of ``distlab.predict``.
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import ipywidgets as W
 from matplotlib.figure import Figure
 
 from ..measure import speedup as analysis
+from ..predict import flops
+from ..predict import speedup as predicted
 from .display import (BLACK, BLUE, GREEN, NARROW, ORANGE, PART_COLOURS, PURPLE, SKY_BLUE, VERMILLION,
                       WIDTH, LiveFigure)
 
@@ -73,14 +75,14 @@ def _speedup_panel(ax, mine, rows, key):
     if parallel:
         s = analysis.fit_amdahl([r["world_size"] for r in parallel], [r["speedup"] for r in parallel])
         xs = [1 + i * (top - 1) / 40 for i in range(41)]
-        ax.plot(xs, [analysis.amdahl_speedup(x, s) for x in xs], color=COLOURS["amdahl"],
+        ax.plot(xs, [predicted.amdahl_speedup(x, s) for x in xs], color=COLOURS["amdahl"],
                 label=f"Amdahl, serial {s:.0%}" if 0 <= s <= 1 else
                 f"Amdahl fit {s:.0%}: {'overhead, not a serial part' if s > 1 else 'faster than ideal'}")
     by_hand = [r for r in rows if r["method"] == "by_hand" and r["world_size"] > 1]
     one = next((r for r in mine if r["world_size"] == 1), None)
     if one is not None and by_hand:
         alpha, beta = analysis.fit_alpha_beta(by_hand)
-        ax.plot(ns, [analysis.predicted_speedup(one, n, alpha, beta) for n in ns], "^:",
+        ax.plot(ns, [predicted.predicted_speedup(one, n, alpha, beta) for n in ns], "^:",
                 color=COLOURS["alpha-beta"], label="alpha-beta model")
     ax.set_xlabel("ranks N")
     ax.set_ylabel("speedup over 1 process x 1 thread")
@@ -108,7 +110,7 @@ def _split_panel(ax, mine):
 def _regime_panel(ax, table, key):
     pairs = [r for r in table if r["world_size"] == 2]
     for r in pairs:
-        x = analysis.compute_per_byte(r["model"], r["width"], r["batch_size"], r["dtype"])
+        x = flops.compute_per_byte(r["model"], r["width"], r["batch_size"], r["dtype"])
         chosen = analysis.config_key(r) == key
         weak = r["scaling"] == "weak"
         colour = COLOURS["measured"] if chosen else COLOURS["other configurations"]
