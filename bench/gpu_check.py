@@ -28,7 +28,7 @@ machine has that many GPUs; with fewer, on as many as there are, and the line sa
 ONE GPU that is one rank: it checks the strategy's CUDA code path (every tensor on the GPU,
 NCCL started, the parameters of one process) but no communication between ranks.  Several
 ranks sharing one GPU is not possible here, for two reasons: ``launch(device="cuda")`` asks
-for a GPU per rank (``processes.worker.choose_device`` refuses fewer, and ``torch_device``
+for a GPU per rank (``processes.devices.choose_device`` refuses fewer, and ``torch_device``
 gives local rank ``r`` the GPU ``cuda:r``), and NCCL itself refuses two ranks of one
 communicator on one GPU since its version 2.5 ("Duplicate GPU detected", ``ncclInvalidUsage``;
 NVIDIA/nccl#418).

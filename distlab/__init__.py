@@ -39,7 +39,8 @@ The package is laid out by role; every module names the lesson that introduces i
 from .processes.checks import PortInUseError, bind_arguments
 from .processes.launcher import WorkerError, launch
 from .processes.pool import retire as shutdown
-from .processes.worker import Worker, choose_device
+from .processes.devices import choose_device
+from .processes.worker import Worker
 from .records import RankRecord, StepRecord, max_param_difference, throughput
 
 __all__ = ["launch", "shutdown", "WorkerError", "PortInUseError", "bind_arguments", "RankRecord", "StepRecord",

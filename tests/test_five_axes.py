@@ -11,7 +11,6 @@ import workers
 
 import distlab
 from distlab.parallelize import trainer
-from distlab.train.spec import TrainSpec
 
 pytestmark = pytest.mark.usefixtures("warm_ranks")
 
@@ -47,7 +46,7 @@ def runs():
 
 
 def check_equal(records, settings) -> float:
-    reference = trainer.train_single(TrainSpec.of(**settings), world_size=len(records))
+    reference = trainer.train_single(world_size=len(records), **settings)
     whole = trainer.assemble(records)
     assert whole.keys() == reference.params.keys()
     difference = distlab.max_param_difference(whole, reference.params)

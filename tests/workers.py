@@ -114,11 +114,10 @@ def trainings(worker, cases):
 
 def five_axes(worker, cases):
     """Issue 36: the line transformer on several layouts in one launch: ``{name: record}`` for
-    ``cases = {name: settings}``, each ``parallelize.trainer.train`` on ``TrainSpec.of(**settings)``."""
+    ``cases = {name: settings}``, each ``parallelize.trainer.train`` on ``trainer.spec_of(**settings)``."""
     from distlab.parallelize import trainer
-    from distlab.train.spec import TrainSpec
 
-    return {name: trainer.train(worker, TrainSpec.of(**settings)) for name, settings in cases.items()}
+    return {name: trainer.train(worker, trainer.spec_of(**settings)) for name, settings in cases.items()}
 
 
 def hold(worker, seconds=3.0):

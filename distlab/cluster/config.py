@@ -139,7 +139,7 @@ class RunConfig(Section):
     def check_call(self) -> None:
         """Lesson 09: every check ``distlab.launch`` makes before starting a rank (``distlab check``, ``run``)."""
         from ..processes.checks import bind_arguments
-        from ..processes.worker import choose_device
+        from ..processes.devices import choose_device
 
         fn, kwargs = self.call()
         try:

@@ -126,11 +126,8 @@ class Mesh:
         self.rank = worker.rank
         self.coordinates = coordinates(self.sizes, worker.rank)
         self.groups, self.device_mesh = worker.mesh_groups(layout(self.sizes), AXES)
-        for combo in wide_combinations(self.sizes):     # the purpose groups (lesson 12), made once
-            for ranks in blocks(self.sizes, combo):
-                group = worker.new_group(ranks)        # every rank makes every group, in order
-                if worker.rank in ranks:
-                    self.groups[combo] = group
+        for combo in wide_combinations(self.sizes):     # the purpose groups (lesson 12), made once by every rank
+            self.groups[combo] = worker.purpose_group(blocks(self.sizes, combo), combo, self.device_mesh)
 
     def group(self, *axes: str):
         """This rank's group along ``axes`` (a ``processes.worker.Group``): one axis's line, or the

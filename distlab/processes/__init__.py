@@ -6,7 +6,8 @@
 - ``jobs``            a running job: poll it, read who failed, stop it with nothing left behind
 - ``diagnosis``       who broke a job and how: the one diagnosis for launch, ``distlab run`` and the monitor (lesson 10)
 - ``rank``            the program each rank runs (joins once, then runs job after job)
-- ``worker``          the ``Worker`` interface every training function receives
+- ``worker``          the ``Worker`` interface every training function receives; ``devices`` which device
+                      is a rank's (lesson 00)
 - ``torch_backend``   torchrun: starting its ranks (lesson 01); ``torch_worker`` torch.distributed's
                       collectives behind ``Worker`` (async too, lesson 08)
 - ``horovod_backend`` Horovod behind the same interface (lesson 02); ``horovod_driver`` starts it

@@ -38,7 +38,8 @@ import torch
 
 from .jobs import Job
 from .horovod_worker import HorovodWorker
-from .worker import DEFAULT_TIMEOUT, choose_device, torch_device
+from .devices import choose_device, torch_device
+from .worker import DEFAULT_TIMEOUT
 
 NAME = "horovod"
 LOOPBACK = "lo"   # keep every rank's traffic on this machine's loopback interface

@@ -27,7 +27,8 @@ from . import diagnosis
 from . import pool as pools
 from .checks import bind_arguments, check_capabilities, check_importable, check_int, check_port, check_positive
 from .progress import ProgressReader, in_notebook, make_progress
-from .worker import DEFAULT_TIMEOUT, backend_module, choose_device
+from .devices import choose_device
+from .worker import DEFAULT_TIMEOUT, backend_module
 
 
 def is_run_config(fn) -> bool:

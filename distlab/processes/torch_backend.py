@@ -27,7 +27,8 @@ import torch.distributed as dist
 
 from .jobs import Job
 from .torch_worker import NAME, TorchWorker, comm_library
-from .worker import DEFAULT_TIMEOUT, choose_device, torch_device
+from .devices import choose_device, torch_device
+from .worker import DEFAULT_TIMEOUT
 
 
 def start_worker(device: str = "auto", timeout: float = DEFAULT_TIMEOUT,

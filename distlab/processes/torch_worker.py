@@ -140,6 +140,18 @@ class TorchWorker(Worker):
             mine[name] = Group(tuple(layout[tuple(index)].tolist()), device_mesh.get_group(name))
         return mine, device_mesh
 
+    def purpose_group(self, lines, axes, device_mesh=None):
+        """Lesson 12: PyTorch's own way: the DeviceMesh's axes ``axes`` flattened into one dimension
+        (``device_mesh["data", "context"]._flatten()``, named "data_context"), which PyTorch's APIs (FSDP
+        over data x context, as torchtitan shards) can then take by name."""
+        if device_mesh is None or not set(axes) <= set(device_mesh.mesh_dim_names or ()):
+            return super().purpose_group(lines, axes, device_mesh)
+        options = (dist.ProcessGroupNCCL.Options() if self.device.type == "cuda"
+                   else dist.ProcessGroupGloo._Options())
+        options._timeout = timedelta(seconds=self.timeout)
+        flat = device_mesh[tuple(axes)]._flatten("_".join(axes), backend_override=options)
+        return Group(tuple(sorted(flat.mesh.flatten().tolist())), flat.get_group())
+
     def data_parallel(self, model, optimizer):
         """Lesson 01: DistributedDataParallel: it broadcasts rank 0's parameters when it is built, then
         all-reduces gradients in buckets while ``backward`` is still running."""

@@ -23,9 +23,9 @@ module is the *interface*; each launch backend implements it in a module of its 
 so the *same* training code runs on either, and nothing outside the backends' modules
 touches torch.distributed's process group or Horovod's internals.
 
-Device policy (``choose_device``): one GPU per rank with NCCL when the machine has at least
-as many GPUs as local ranks; otherwise CPU processes that talk over gloo.  The code path is
-the same; only the device and the communication library change.
+Device policy (``devices.choose_device``): one GPU per rank with NCCL when the machine has at
+least as many GPUs as local ranks; otherwise CPU processes that talk over gloo.  The code path
+is the same; only the device and the communication library change.
 
 Lesson 07: every collective takes an optional ``group`` (a ``Group``: some of the job's
 ranks, made by ``new_group`` or by a ``named_mesh.Mesh``), so that tensor, pipeline and
@@ -63,33 +63,6 @@ def backend_module(name: str):
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     return importlib.import_module(BACKENDS[name])
-
-
-def choose_device(requested: str = "auto", local_world_size: int = 1) -> str:
-    """Lesson 00: pick ``"cuda"`` or ``"cpu"`` for a job of ``local_world_size`` ranks per machine.
-
-    ``"auto"`` uses the GPUs only when there is one for every local rank (sharing a GPU
-    between ranks of one job would hide what the lessons measure).  ``"cuda"`` insists
-    and fails clearly when the GPUs are not there.
-    """
-    if requested not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {requested!r}")
-    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if requested == "cuda" and n_gpus < local_world_size:
-        raise RuntimeError(f"device='cuda' needs one GPU per rank: {local_world_size} ranks asked for, "
-                           f"{n_gpus} GPU(s) visible. Use device='cpu' (or 'auto') to run on CPU "
-                           "processes over gloo.")
-    if requested == "auto":
-        return "cuda" if n_gpus >= local_world_size else "cpu"
-    return requested
-
-
-def torch_device(dev: str, local_rank: int) -> torch.device:
-    """The device of local rank ``local_rank``: its own GPU, or the CPU."""
-    if dev == "cuda":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -231,6 +204,16 @@ class Worker:
                 if self.rank in line:
                     mine[name] = group
         return mine, None
+
+    def purpose_group(self, lines: list[list[int]], axes: tuple[str, ...], device_mesh=None) -> Group:
+        """Lesson 12: every group of ``lines`` (the ranks that differ only along ``axes``), made by every
+        rank in order; returns this rank's.  On Horovod, process sets; torchrun flattens its DeviceMesh."""
+        mine = None
+        for ranks in lines:
+            group = self.new_group(ranks)
+            if self.rank in ranks:
+                mine = group
+        return mine
 
     def members(self, group: Group | None) -> tuple[int, ...]:
         """The ranks of ``group`` (every rank when it is None)."""
