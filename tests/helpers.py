@@ -3,6 +3,7 @@
 conftest.py puts tests/ on ``sys.path``, so this module, like tests/workers.py, is importable
 by name from the tests and from the processes they start.
 """
+import copy
 import os
 import subprocess
 import sys
@@ -116,3 +117,57 @@ class Said(NamedTuple):
     returncode: int
     stdout: str
     stderr: str
+
+
+# ---- issue 36: the one way the tests share a real job's results ------------------------------------
+RESULTS: dict = {}        # the call's arguments (frozen) -> what it returned, or the exception it raised
+CALLS: list = []          # the calls that really ran, in order (tests/test_helpers.py, and a count of launches)
+
+
+def _frozen(value):
+    """``value`` as a hashable key: dicts by their sorted items, functions by their module and name, and every
+    scalar with its type (``True`` is not ``1``, ``2.0`` not ``2``)."""
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted(((_frozen(k), _frozen(v)) for k, v in value.items()), key=repr)))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(map(_frozen, value), key=repr) if isinstance(value, (set, frozenset)) else map(_frozen, value)
+        return (type(value).__name__, tuple(items))
+    if callable(value) and hasattr(value, "__qualname__"):
+        return ("function", value.__module__, value.__qualname__)
+    hash(value)                                                         # anything else must be hashable
+    return (type(value).__name__, value)
+
+
+def once(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, run once per test session for the same function and arguments, whichever test
+    asks first, alone or in any order; every caller gets its own copy (no test sees another's changes).  A call
+    that raised raises the same again without running a second time.  What the tests use to run a real job
+    (a launch, a one-process reference) once for all the tests that read it."""
+    key = _frozen((fn, args, kwargs))
+    if key not in RESULTS:
+        CALLS.append(key)
+        try:
+            RESULTS[key] = (True, fn(*args, **kwargs))
+        except Exception as error:                   # noqa: BLE001 - kept, and raised to every caller
+            RESULTS[key] = (False, error)
+    ok, result = RESULTS[key]
+    if not ok:
+        raise result
+    return copy.deepcopy(result)
+
+
+def launched(fn, world_size: int, **kwargs):
+    """``distlab.launch(fn, world_size, progress="none", **kwargs)``, launched once per session for the same
+    arguments (``once``): each rank's return value."""
+    import distlab
+
+    return once(distlab.launch, fn, world_size, **dict(dict(progress="none"), **kwargs))
+
+
+def trained(world_size: int, cases: dict, **kwargs) -> dict:
+    """Several trainings in one launch (``workers.trainings``), launched once per session for the same cases:
+    ``{name: [each rank's record]}``."""
+    import workers
+
+    ranks = launched(workers.trainings, world_size, cases=cases, **kwargs)
+    return {name: [rank[name] for rank in ranks] for name in cases}

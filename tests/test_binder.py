@@ -53,6 +53,65 @@ def test_binder_pins_every_requirement_to_the_version_the_tests_use():
             assert installed == version, f"binder/requirements.txt pins {name}=={version}, the tests use {installed}"
 
 
+# ---- issue 36: the links into the namespaces shadow none of the host's networks (no Binder build needed) ----
+HOME = [{"dst": "default", "gateway": "192.168.1.1", "dev": "wlan0"},          # ip -4 -j route show table all
+        {"dst": "192.168.1.0/24", "dev": "wlan0", "scope": "link"},
+        {"type": "local", "dst": "127.0.0.0/8", "dev": "lo", "table": "local"},
+        {"type": "local", "dst": "192.168.1.20", "dev": "wlan0", "table": "local"}]
+HOME_ADDRESSES = [{"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+                  {"ifname": "wlan0", "addr_info": [{"family": "inet", "local": "192.168.1.20", "prefixlen": 24}]}]
+
+
+def test_a_namespaces_link_takes_a_30_of_the_benchmarking_range_clear_of_the_hosts_routes():
+    import ipaddress
+    import random
+
+    net = ipaddress.ip_network
+    taken = binder_sim.host_networks(HOME, HOME_ADDRESSES)
+    assert set(taken) == {net("192.168.1.0/24"), net("127.0.0.0/8"), net("192.168.1.20/32")}    # not the default
+    assert binder_sim.free_link(taken) == net("198.18.0.0/30")
+    assert binder_sim.free_link(taken, start=5) == net("198.18.0.20/30")
+    # a lab network inside the range, a local address in it, a link being made (its address, no route yet)
+    lab = HOME + [{"dst": "198.18.0.0/24", "dev": "eth1"}, {"type": "local", "dst": "198.18.1.1", "table": "local"}]
+    making = [{"ifname": "dlv1h0", "addr_info": [{"family": "inet", "local": "198.18.1.6", "prefixlen": 30}]}]
+    assert binder_sim.free_link(binder_sim.host_networks(lab, making)) == net("198.18.1.8/30")
+    # from the last /30 on, it wraps round to the first free one
+    last = [{"dst": "198.19.255.252/30"}, {"dst": "198.18.0.0/30"}]
+    assert binder_sim.free_link(binder_sim.host_networks(last, []), start=binder_sim.LINKS - 1) == net("198.18.0.4/30")
+    # IPv6 and unreadable destinations are not IPv4 networks in use
+    assert binder_sim.host_networks([{"dst": "fd00::/64"}, {"dst": "nonsense"}, {"type": "blackhole"}], []) == []
+    # a VPN that routes the whole range (or more): no /30 is free, and the error says why
+    for covering in ("198.18.0.0/15", "198.0.0.0/8"):
+        with pytest.raises(RuntimeError, match=r"no free /30 in 198\.18\.0\.0/15 .*cover all of it: "
+                                               + covering.replace(".", r"\.")):
+            binder_sim.free_link(binder_sim.host_networks(HOME + [{"dst": covering, "dev": "tun0"}], []))
+    # whatever the host uses, the chosen /30 is inside the range and overlaps none of it
+    rng = random.Random(36)
+    for _ in range(200):
+        used = [net((int(binder_sim.LINK_RANGE.network_address) + rng.randrange(2**17), rng.randint(17, 32)),
+                    strict=False) for _ in range(rng.randint(1, 20))]
+        try:
+            link = binder_sim.free_link(used, start=rng.randrange(binder_sim.LINKS))
+        except RuntimeError:             # only where they could cover the range
+            assert sum(u.num_addresses for u in used) >= binder_sim.LINK_RANGE.num_addresses, used
+            continue
+        assert link.prefixlen == 30 and link.subnet_of(binder_sim.LINK_RANGE)
+        assert not any(link.overlaps(u) for u in used), (link, used)
+
+
+def test_the_link_chosen_on_this_host_overlaps_none_of_its_networks():
+    """The same, read from this machine's own tables (``ip``: read only)."""
+    import shutil
+
+    if shutil.which("ip") is None:
+        pytest.skip("no ip command here")
+    taken = binder_sim.host_networks(binder_sim._ip_json("route", "show", "table", "all"),
+                                     binder_sim._ip_json("addr", "show"))
+    assert taken, "a host has a route at least to its loopback"
+    link = binder_sim.free_link(taken)
+    assert link.subnet_of(binder_sim.LINK_RANGE) and not any(link.overlaps(t) for t in taken)
+
+
 def test_binder_files_are_what_repo2docker_runs():
     binder = ROOT / "binder"
     for script in ("postBuild", "start"):

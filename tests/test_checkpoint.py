@@ -5,9 +5,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
+from helpers import once
 
 import distlab
 from distlab.long_runs import checkpoint
@@ -208,11 +211,16 @@ def elastic_config(tmp_path, name, **fault):
     return cfg.RunConfig.parse(config).save(str(tmp_path / f"{name}.yaml"))
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """The elastic job's run without a fault: one reference for both kinds of fault (issue 25)."""
-    path = elastic_config(tmp_path_factory.mktemp("whole"), "whole")
+def run_whole(base: str):
+    """The elastic job's run without a fault (in a new folder under ``base``)."""
+    path = elastic_config(Path(tempfile.mkdtemp(prefix="whole", dir=base)), "whole")
     return distlab.launch(cfg.load(path), progress="none", warm=False)
+
+
+@pytest.fixture
+def uninterrupted(tmp_path_factory):
+    """``run_whole``, run once: one reference for both kinds of fault (issue 25; helpers.once)."""
+    return once(run_whole, str(tmp_path_factory.getbasetemp()))
 
 
 @pytest.mark.parametrize("kind", ["kill", "raise"])

@@ -1,6 +1,7 @@
 """N ranks at batch B take exactly the steps of one process at batch N*B, by hand and with DDP."""
 import pytest
 import torch
+from helpers import once
 
 import distlab
 from distlab.parallel import data_parallel as dp
@@ -13,9 +14,10 @@ STEPS = 60   # > one epoch for N=4, B=8: crosses an epoch boundary and a reshuff
 CONFIG = dict(model="mlp", width=32, batch_size=8, steps=STEPS, lr=0.2, seed=3, record_grads_at=(0, 59))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def references():
-    return {n: dp.train_single(world_size=n, **CONFIG) for n in (1, 2, 4)}
+    """One process at the global batch of 1, 2 and 4 ranks, each run once (helpers.once)."""
+    return {n: once(dp.train_single, world_size=n, **CONFIG) for n in (1, 2, 4)}
 
 
 @pytest.mark.parametrize("method", ["by_hand", "ddp"])
@@ -39,14 +41,17 @@ def test_n_ranks_equal_one_big_batch_process(method, n, references):
 
 
 def _check_record_contents(recs, method, n):
-    n_train = load_digits().n_train
+    digits = load_digits()
+    n_train, n_test = digits.n_train, len(digits.y_test)
     shards = [set(r.shard.tolist()) for r in recs]
     assert set().union(*shards) == set(range(n_train))
     assert all(len(r.shard) == -(-n_train // n) for r in recs)
     for r in recs:
         assert (r.rank, r.world_size, r.method, r.backend) == (recs.index(r), n, method, "torchrun")
         assert [s.step for s in r.steps] == list(range(STEPS))
-        assert all(0 <= s.accuracy <= 1 and s.loss > 0 for s in r.steps)
+        # each step's accuracy is a share of this rank's 8 samples; the test accuracy a share of the test digits
+        assert all((s.accuracy * CONFIG["batch_size"]).is_integer() and 0 <= s.accuracy <= 1 and s.loss > 0
+                   for s in r.steps)
         assert all(s.t_start <= s.t_compute_end <= s.t_end for s in r.steps)
         if method == "by_hand":
             assert all(s.t_compute_end <= s.t_comm_start <= s.t_comm_end <= s.t_end for s in r.steps)
@@ -54,6 +59,7 @@ def _check_record_contents(recs, method, n):
             assert all(s.t_comm_start is None for s in r.steps)   # overlapped with backward in DDP
         assert sorted(r.grads) == [0, 59] and set(r.grads[0]) == set(r.params)
         assert r.wall_time > 0 and 0 <= r.test_accuracy <= 1
+        assert abs(r.test_accuracy * n_test - round(r.test_accuracy * n_test)) < 1e-9
     assert len({r.test_accuracy for r in recs}) == 1      # same parameters, same test accuracy
     assert recs[0].steps[-1].loss < recs[0].steps[0].loss   # it learned something
 

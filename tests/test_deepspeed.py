@@ -11,7 +11,7 @@ import os
 import time
 
 import pytest
-import workers
+from helpers import trained
 
 import distlab
 from distlab.models import build_model, count_parameters
@@ -44,15 +44,15 @@ def test_a_compile_lock_left_by_a_killed_compiler_is_removed_and_a_live_one_kept
     assert not old.exists() and live.exists()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def runs():
+    """Every case in one launch on 2 ranks, launched once (helpers.trained)."""
     cases = {("plain", 0): ("zero", dict(SETTINGS, stage=0))}
     cases.update({("deepspeed", s): ("deepspeed_zero", dict(SETTINGS, stage=s)) for s in range(4)})
     cases[("plain momentum", 0)] = ("zero", dict(MOMENTUM, stage=0))
     cases[("deepspeed momentum", 1)] = ("deepspeed_zero", dict(MOMENTUM, stage=1))
     cases[("deepspeed clipped", 0)] = ("deepspeed_zero", dict(SETTINGS, stage=0, gradient_clipping=1.0))
-    out = distlab.launch(workers.trainings, world_size=2, cases=cases, progress="none", timeout=300)
-    return {key: [rank[key] for rank in out] for key in cases}
+    return trained(2, cases, timeout=300)
 
 
 @pytest.mark.parametrize("stage", range(4))

@@ -130,8 +130,8 @@ def test_experts_that_do_not_spread_over_the_ranks_are_refused():
         check_experts(6, 4)
 
 
-EP = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=20, experts=4, top_k=2,
-          capacity_factor=1.0, optimizer="sgd", lr=0.1)
+EP = dict(width=32, heads=4, depth=2, digits=3, global_batch_size=16, steps=20, experts=4, top_k=2,
+          capacity_factor=1.0, optimizer="sgd", lr=0.1, data=1, expert=-1)
 
 
 def kept_per_step(records) -> list:
@@ -141,9 +141,9 @@ def kept_per_step(records) -> list:
 
 
 @pytest.mark.parametrize("backend, ranks, settings", [
-    ("torchrun", 2, dict(how="by_hand")), ("torchrun", 4, dict(how="library")),
-    ("torchrun", 4, dict(data=2, expert=2, how="by_hand")),
-    pytest.param("horovod", 2, dict(how="library"), marks=pytest.mark.horovod)],
+    ("torchrun", 2, dict(all_to_all="by_hand")), ("torchrun", 4, dict(all_to_all="library")),
+    ("torchrun", 4, dict(data=2, expert=2, all_to_all="by_hand")),
+    pytest.param("horovod", 2, dict(all_to_all="library"), marks=pytest.mark.horovod)],
     ids=["torchrun-2-by-hand", "torchrun-4-library", "torchrun-data2-expert2", "horovod-2-library"])
 def test_the_reader_with_experts_on_ranks_trains_like_one_process(backend, ranks, settings, warm_ranks):
     """Issue 29: the line reader with 4 experts a block (top-2, capacity factor 1, tokens dropped), its
@@ -152,18 +152,19 @@ def test_the_reader_with_experts_on_ranks_trains_like_one_process(backend, ranks
     tokens at every expert.  SGD: Adam divides each gradient by its own size, so the last bits of an
     expert's near-zero gradient (its tokens summed in another order) grow to 2e-5 after 20 steps."""
     import distlab
-    from distlab.experts import measure, training
+    from distlab.experts import measure
+    from distlab.parallelize import trainer
+    from helpers import once
 
-    reference = training.train_single(groups=ranks, **EP)
-    records = distlab.launch(training.train, ranks, backend=backend, progress="none", **dict(EP, **settings))
-    for r in records:
-        mine = measure.one_process_names(r)
-        assert distlab.max_param_difference(mine, {n: reference.params[n] for n in mine}) <= 1e-5
+    reference = once(trainer.train_single, world_size=ranks, **EP)    # the same reference for 4 ranks, twice
+    records = distlab.launch(trainer.train, ranks, backend=backend, progress="none", **dict(EP, **settings))
+    for r in records:                                   # a rank's record names its experts as one process does
+        assert distlab.max_param_difference(r.params, {n: reference.params[n] for n in r.params}) <= 1e-5
     assert kept_per_step(records) == kept_per_step([reference])
     whole = measure.as_one_process(records)                     # the lesson's way of putting them together
     assert set(whole) == set(reference.params) and distlab.max_param_difference(whole, reference.params) <= 1e-5
     assert sum(layer["dropped"] for step in reference.routing for layer in step) > 0
-    assert all(s["forward"] > 0 and s["backward"] > 0 for s in records[0].traffic)
+    assert all(s["forward"] > 0 and s["backward"] > 0 for s in records[0].traffic_by_step)
 
 
 @pytest.mark.parametrize("ranks, settings, match", [
@@ -171,33 +172,33 @@ def test_the_reader_with_experts_on_ranks_trains_like_one_process(backend, ranks
     (4, dict(experts=6), "6 experts do not spread evenly over 4 expert-parallel ranks"),
     (2, dict(top_k=5), "top_k=5 asks for more experts per token than the 4 there are"),
     (2, dict(capacity_factor=0), "capacity_factor must be a number above 0, got 0"),
-    (4, dict(data=3), "does not match the world size 4"),
-    (2, dict(how="by_hand", backend="horovod"), "the all-to-all by hand is made of send/recv"),
-    (2, dict(how="carrier pigeon"), "unknown all-to-all 'carrier pigeon'"),
-    (4, dict(global_batch_size=18), "global_batch_size 18 does not divide among 4 ranks"),
+    (4, dict(data=3), "does not divide the world size 4"),
+    (2, dict(all_to_all="by_hand", backend="horovod"), "the all-to-all by hand is made of send/recv"),
+    (2, dict(all_to_all="carrier pigeon"), "unknown all-to-all 'carrier pigeon'"),
+    (4, dict(global_batch_size=18), "global_batch_size 18 does not divide into 4 shares"),
 ])
 def test_experts_that_cannot_be_placed_are_refused_before_anything_starts(ranks, settings, match):
     import distlab
-    from distlab.experts import training
+    from distlab.parallelize import trainer
     from helpers import children
 
     before = children()
     with pytest.raises(ValueError, match=match):
-        distlab.launch(training.train, ranks, progress="none", **dict(EP, **settings))
+        distlab.launch(trainer.train, ranks, progress="none", **dict(EP, **settings))
     assert children() - before == set()
 
 
 # ---- what lesson 13 measures (distlab/experts/measure.py) and draws (distlab/widgets/experts.py) ----------
-LESSON = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=8, experts=4, top_k=2,
-              capacity_factor=1.25, aux_weight=0.1, lr=1e-2, test_lines=32)
+LESSON = dict(width=32, heads=4, depth=2, digits=3, global_batch_size=16, steps=8, experts=4, top_k=2,
+              capacity_factor=1.25, aux_weight=0.1, lr=1e-2, test_lines=32, data=1, expert=-1)
 
 
-@pytest.fixture(scope="module")
-def lesson_run(warm_ranks):
-    import distlab
-    from distlab.experts import training
+def lesson_records():
+    """Lesson 13's run on 4 ranks, launched once for the tests that read it (helpers.launched)."""
+    from distlab.parallelize import trainer
+    from helpers import launched
 
-    return distlab.launch(training.train, 4, progress="none", how="library", **LESSON)
+    return launched(trainer.train, 4, all_to_all="library", **LESSON)
 
 
 def test_the_formula_for_the_bytes_counts_kept_requests_that_leave_their_rank_four_times():
@@ -210,33 +211,37 @@ def test_the_formula_for_the_bytes_counts_kept_requests_that_leave_their_rank_fo
     assert all_to_all_bytes(192, 32, 2, 4, 1.25, 1, 2) == 0                # one rank: nothing crosses
 
 
-def test_the_bytes_counted_on_the_ranks_are_the_matrix_off_its_diagonal(lesson_run):
+def test_the_bytes_counted_on_the_ranks_are_the_matrix_off_its_diagonal(warm_ranks):
     """Issue 29: every kept request that leaves its rank crosses four times (dispatch, combine, forward and
     backward), a row of d_model float32 numbers each, and the count agrees with the formula."""
     from distlab.experts import measure
 
-    row = LESSON["d_model"] * 4
+    lesson_run = lesson_records()
+
+    row = LESSON["width"] * 4
     for step, counted in enumerate(measure.measured_bytes(lesson_run)):
         crossing = 0
-        for block in range(LESSON["layers"]):
+        for block in range(LESSON["depth"]):
             m = measure.matrix(lesson_run, step, block)
             crossing += sum(m[i][j] for i in range(4) for j in range(4) if i != j)
         assert counted == 4 * crossing * row
     tokens = LESSON["global_batch_size"] // 4 * LESSON["digits"] * 16
-    formula = traffic.all_to_all_bytes(tokens, LESSON["d_model"], 2, 4, 1.25, 4, LESSON["layers"])
-    ratio = sum(measure.measured_bytes(lesson_run)) / len(lesson_run[0].traffic) / formula
+    formula = traffic.all_to_all_bytes(tokens, LESSON["width"], 2, 4, 1.25, 4, LESSON["depth"])
+    ratio = sum(measure.measured_bytes(lesson_run)) / len(lesson_run[0].traffic_by_step) / formula
     assert 0.8 <= ratio <= 1.1, ratio                  # below 1 where a busy expert dropped requests
 
 
-def test_the_records_say_where_the_tokens_went_and_when(lesson_run):
+def test_the_records_say_where_the_tokens_went_and_when(warm_ranks):
     from distlab.experts import measure
     from distlab.experts.expert_parallel import PHASES
-    from distlab.experts.training import EXAMPLES
+    from distlab.parallelize.watch import EXAMPLES
+
+    lesson_run = lesson_records()
 
     steps = LESSON["steps"]
-    assert len(lesson_run[0].routing) == steps and all(len(r.traffic) == steps for r in lesson_run)
+    assert len(lesson_run[0].routing) == steps and all(len(r.traffic_by_step) == steps for r in lesson_run)
     for step in range(steps):
-        for block in range(LESSON["layers"]):
+        for block in range(LESSON["depth"]):
             m = measure.matrix(lesson_run, step, block)
             kept = [sum(r.routing[step][block]["kept"][e] for r in lesson_run) for e in range(4)]
             assert [sum(row[j] for row in m) for j in range(4)] == kept      # one expert a rank
@@ -245,8 +250,24 @@ def test_the_records_say_where_the_tokens_went_and_when(lesson_run):
                 r.routing[step][block]["dropped"] for r in lesson_run)
         assert measure.rows_arrived(lesson_run, step) == [
             sum(sum(row[j] for row in measure.matrix(lesson_run, step, b)) for b in range(2)) for j in range(4)]
-        assert all(w > 0 for w in measure.expert_work(lesson_run, step))
-    assert all(x >= 1 for x in measure.imbalance(lesson_run)) and len(measure.slowest_vs_mean(lesson_run)) == steps - 2
+        # each rank's expert work: its blocks' CPU seconds in their experts, each no more than the wall time of
+        # that block's "experts" part of the timeline (it is measured inside it; 0.1 ms for the two clocks)
+        ranks = sorted(lesson_run, key=lambda r: r.rank)
+        for block in range(LESSON["depth"]):
+            for r, parts in zip(ranks, measure.timeline(lesson_run, step, block)):
+                begin, end = parts["experts"]
+                assert 0 < r.routing[step][block]["expert_cpu"] <= end - begin + 1e-4, (step, block, r.rank)
+        assert measure.expert_work(lesson_run, step) == [
+            sum(r.routing[step][b]["expert_cpu"] for b in range(LESSON["depth"])) for r in ranks]
+        # the balance: the busiest expert's requests (all ranks' tokens, the routing counts) over the mean
+        # request count, which is every token's k requests shared by the 4 experts; the worse block's
+        busiest = [max(sum(r.routing[step][b]["asked"][e] for r in lesson_run) for e in range(4))
+                   for b in range(LESSON["depth"])]
+        fair = 4 * tokens_per_rank() * LESSON["top_k"] / LESSON["experts"]
+        assert [measure.imbalance(lesson_run, block=b)[step] for b in range(LESSON["depth"])] == [
+            n / fair for n in busiest]
+        assert measure.imbalance(lesson_run)[step] == max(busiest) / fair
+    assert len(measure.slowest_vs_mean(lesson_run)) == steps - 2
     assert measure.dropped(lesson_run) == [sum(b["dropped"] for r in lesson_run for b in r.routing[s])
                                            for s in range(steps)]
     for parts in measure.timeline(lesson_run, 3, 1):
@@ -254,7 +275,7 @@ def test_the_records_say_where_the_tokens_went_and_when(lesson_run):
         ends = [b for _, b in parts.values()]
         assert all(a <= b for a, b in parts.values()) and ends == sorted(ends)
     for r in lesson_run:
-        assert r.router["experts"] == 4 and len(r.router["choice"]) == LESSON["layers"]
+        assert r.router["experts"] == 4 and len(r.router["choice"]) == LESSON["depth"]
         assert all(c.shape == (EXAMPLES, LESSON["digits"] * 16) and 0 <= c.min() and c.max() < 4
                    for c in r.router["choice"])
         assert torch.equal(r.router["choice"][0], lesson_run[0].router["choice"][0])     # every rank routes alike
@@ -264,11 +285,13 @@ def tokens_per_rank() -> int:
     return LESSON["global_batch_size"] // 4 * LESSON["digits"] * 16
 
 
-def test_lesson_13s_pictures_are_drawn_from_the_records_and_move_with_their_controls(lesson_run):
-    from distlab.experts import training
+def test_lesson_13s_pictures_are_drawn_from_the_records_and_move_with_their_controls(warm_ranks):
+    from distlab.parallelize import trainer
     from distlab.widgets import experts as X
+    from helpers import once
 
-    single = [training.train_single(groups=4, **LESSON)]
+    lesson_run = lesson_records()
+    single = [once(trainer.train_single, world_size=4, **LESSON)]
     views = [X.load_explorer({"with": lesson_run, "one process": single}), X.matrix_player(lesson_run),
              X.router_explorer(lesson_run[0].router), X.timeline_player(lesson_run)]
     for view in views:

@@ -317,10 +317,16 @@ def test_a_config_that_does_not_fit_its_strategy_is_refused_by_launch(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("parallel: {strategy: pipeline, pipeline: 3}\nlaunch: {processes_per_node: 2}\n")
     refused_fast(str(path), "parallel.pipeline 3 contradicts the ranks")
+    # DeepSpeed declares checkpoints (through the one loop): its config with checkpoint.every passes every check
+    # launch makes before starting a rank (checkpoints and faults refused by supports: the test above)
+    from distlab.cluster import config as cfg
+    from distlab.parallel import deepspeed_zero, registry
+
+    assert "checkpoint" in deepspeed_zero.train.supports and "deepspeed" in registry.who_can("checkpoint")
     path.write_text("parallel: {strategy: deepspeed}\ncheckpoint: {every: 5}\n")
-    from distlab.parallel import deepspeed_zero
-    if "checkpoint" not in deepspeed_zero.train.supports:
-        refused_fast(str(path), "checkpoint.every: strategy deepspeed")
+    loaded = cfg.load(str(path))
+    assert loaded.checkpoint.every == 5 and loaded.call()[0] is deepspeed_zero.train
+    loaded.check_call()
 
 
 def test_a_one_process_reference_runs_on_one_thread_and_gives_the_threads_back():

@@ -1,6 +1,6 @@
 """Lesson 07: the 3D grid of ranks, its groups, and two 2 x 2 meshes that train like one process."""
 import pytest
-import workers
+from helpers import launched, once, trained
 
 import distlab
 from distlab.parallel import data_parallel as dp
@@ -82,42 +82,40 @@ def test_the_named_mesh_puts_tensor_ranks_side_by_side():
     assert named_mesh.coordinates(sizes, 6) == dict(data=1, pipeline=0, expert=0, context=1, tensor=0)
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cases = {name: ("mesh", dict(COMMON, **shape)) for name, shape in MESHES.items() if "Horovod" not in name}
-    ranks = distlab.launch(workers.trainings, world_size=4, cases=cases, progress="none", timeout=120)
-    out = {name: [r[name] for r in ranks] for name in cases}
-    name = "data x tensor on Horovod"
-    out[name] = distlab.launch(mesh.train, world_size=4, backend="horovod", progress="none", timeout=120,
-                               **COMMON, **MESHES[name])
-    return out
+def runs(name: str) -> list:
+    """Each rank's record of the mesh ``name``: the torchrun meshes trained in one launch, the Horovod one in
+    another, each launched once whichever test asks first (helpers.trained, helpers.launched)."""
+    if "Horovod" in name:
+        return launched(mesh.train, 4, backend="horovod", timeout=120, **COMMON, **MESHES[name])
+    cases = {n: ("mesh", dict(COMMON, **shape)) for n, shape in MESHES.items() if "Horovod" not in n}
+    return trained(4, cases, timeout=120)[name]
 
 
-@pytest.fixture(scope="module")
 def reference():
-    return dp.train_single(model="mlp", depth=3, width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR,
-                           record_grads_at=())
+    """One process training the whole model on the whole batch (helpers.once)."""
+    return once(dp.train_single, model="mlp", depth=3, width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR,
+                record_grads_at=())
 
 
 @pytest.mark.parametrize("name", MESHES)
-def test_each_replica_trains_like_one_process(runs, reference, name):
-    ref = reference
+def test_each_replica_trains_like_one_process(name):
+    ref = reference()
     if name == "pipeline x tensor":      # stage 0 (fc1) whole on both tensor ranks, stage 1's block split
-        records = runs[name]
+        records = runs(name)
         stage = {s: [r for r in records if r.config["mesh"]["pipeline"] == s] for s in (0, 1)}
         merged = dict(T.merge_params([r.params for r in stage[1]]), **stage[0][0].params)
         assert distlab.max_param_difference(merged, ref.params) <= 1e-6
         assert distlab.max_param_difference(stage[0][1].params, stage[0][0].params) == 0
         return
     for d in range(2):
-        replica = [r for r in runs[name] if r.config["mesh"]["data"] == d]
+        replica = [r for r in runs(name) if r.config["mesh"]["data"] == d]
         merged = (T.merge_params([r.params for r in replica]) if "data x tensor" in name
                   else pipeline.merge_params(replica))
         assert distlab.max_param_difference(merged, ref.params) <= 1e-6
 
 
-def test_who_talks_to_whom(runs):
-    for r in runs["data x pipeline"]:
+def test_who_talks_to_whom():
+    for r in runs("data x pipeline"):
         assert r.config["groups"]["data"] == [r.rank % 2, r.rank % 2 + 2]      # same stage, other replica
         assert r.config["groups"]["pipeline"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]
         assert r.traffic["pipeline"] == BATCH // 2 * WIDTH * 4                  # one way each: act. or grad.
@@ -125,30 +123,30 @@ def test_who_talks_to_whom(runs):
                                                                r.config["groups"]["pipeline"].index(r.rank))
         assert r.traffic["data"] == 4 * sum(p.numel() for p in r.params.values())
     for name in ("data x tensor", "data x tensor on Horovod"):
-        for r in runs[name]:
+        for r in runs(name):
             assert r.backend == ("horovod" if "Horovod" in name else "torchrun")
             assert r.config["groups"]["tensor"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]
             assert r.config["groups"]["data"] == [r.rank % 2, r.rank % 2 + 2]
             assert r.traffic["tensor"] == 2 * BATCH // 2 * WIDTH * 4 == sum(traffic.tensor_parallel_bytes(BATCH // 2,
                                                                                                WIDTH).values())
             assert r.traffic["data"] == 4 * sum(p.numel() for p in r.params.values())
-    for r in runs["pipeline x tensor"]:                     # rank = 2 * stage + tensor slice
+    for r in runs("pipeline x tensor"):                     # rank = 2 * stage + tensor slice
         assert r.config["groups"]["tensor"] == [r.rank // 2 * 2, r.rank // 2 * 2 + 1]
         assert r.config["groups"]["pipeline"] == [r.rank % 2, r.rank % 2 + 2]
         assert r.traffic["pipeline"] == BATCH * WIDTH * 4                       # the whole batch, one way
         assert r.traffic["tensor"] == (2 * BATCH * WIDTH * 4 if r.rank >= 2 else 0)   # only stage 1 is split
 
 
-def test_the_mesh_picture_and_table_come_from_the_records(runs):
+def test_the_mesh_picture_and_table_come_from_the_records():
     from distlab.widgets import display
     from distlab.widgets import mesh as M
 
-    records = runs["data x pipeline"]
+    records = runs("data x pipeline")
     table = M.traffic_table(records).splitlines()
     assert table[1].split() == ["0", "d0", "p0", "t0", f"{records[0].traffic['data']:,}",
                                 f"{records[0].traffic['pipeline']:,}", "0"]
     assert M.holds(records[0]).startswith("fc1\n")      # fc1 (64 x 32) does as much as the rest
-    assert M.holds(runs["data x tensor"][0]).startswith("fc1, fc2, fc3, out (fc2, fc3 sliced)")
+    assert M.holds(runs("data x tensor")[0]).startswith("fc1, fc2, fc3, out (fc2, fc3 sliced)")
     for axis in M.AXIS_COLOURS:
         assert display.figure_png(M.mesh_figure(records, axis)).startswith(b"\x89PNG")
     widget = M.mesh_widget(records)

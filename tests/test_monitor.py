@@ -8,9 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
+from helpers import once
 
 from distlab import cli
 from distlab.cluster import run
@@ -29,10 +32,10 @@ def config_file(tmp_path, name, port, **sections):
     return cfg.RunConfig.parse(data).save(str(tmp_path / f"{name}.yaml"))
 
 
-@pytest.fixture(scope="module")
-def followed(tmp_path_factory):
-    """A real run started in the background, and ``distlab monitor`` following it from the start."""
-    tmp_path = tmp_path_factory.mktemp("monitor")
+def follow_a_run(base: str):
+    """A real run started in the background, and ``distlab monitor`` following it from the start (in a new
+    folder under ``base``)."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="monitor", dir=base))
     path = config_file(tmp_path, "watched", 29741)
     folder = run.run_dir(cfg.load(path))
     job = subprocess.Popen([*CLI, "run", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -40,6 +43,12 @@ def followed(tmp_path_factory):
     out, _ = job.communicate(timeout=300)
     assert job.returncode == 0, out[-3000:]
     return path, folder, watch
+
+
+@pytest.fixture
+def followed(tmp_path_factory):
+    """``follow_a_run``, run once for the tests that read it (helpers.once)."""
+    return once(follow_a_run, str(tmp_path_factory.getbasetemp()))
 
 
 def test_distlab_monitor_follows_a_run_until_it_finishes(followed):

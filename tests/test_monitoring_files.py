@@ -9,11 +9,14 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+from helpers import once
 
 import distlab
 from distlab.cluster import config as cfg
@@ -164,16 +167,22 @@ def test_a_horovod_timeline_on_torchrun_is_refused():
         cfg.RunConfig.parse({"launch": {"backend": "torchrun"}, "logging": {"horovod_timeline": True}})
 
 
-@pytest.fixture(scope="module")
-def timeline(tmp_path_factory):
-    """A real Horovod run with ``logging.horovod_timeline: true``: its timeline file and its records."""
-    tmp_path = tmp_path_factory.mktemp("timeline")
+def timeline_run(base: str):
+    """A real Horovod run with ``logging.horovod_timeline: true`` (in a new folder under ``base``): its
+    timeline file and its records."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="timeline", dir=base))
     path = config_file(tmp_path, "timeline", 29692, training={"steps": TIMELINE_STEPS},
                        parallel={"method": "ddp"}, launch={"backend": "horovod"},
                        logging={"horovod_timeline": True, "tensorboard": False})
     distlab_run(path)
     config = cfg.load(path)
     return os.path.join(run.run_dir(config), "horovod_timeline.json"), run.records(config)
+
+
+@pytest.fixture
+def timeline(tmp_path_factory):
+    """``timeline_run``, run once for the tests that read it (helpers.once)."""
+    return once(timeline_run, str(tmp_path_factory.getbasetemp()))
 
 
 @pytest.mark.horovod

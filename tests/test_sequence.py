@@ -78,8 +78,28 @@ def test_it_learns_to_read_the_digits_on_one_process(data, causal):
     assert digits > 0.3, digits
 
 
-TP = dict(d_model=32, heads=4, layers=2, digits=3, global_batch_size=16, steps=20, lr=3e-3, seed=0)
+TP = dict(width=32, heads=4, depth=2, digits=3, global_batch_size=16, steps=20, lr=3e-3, seed=0, data=1, tensor=-1)
+# Issue 36: Adam's update is nearly blind to a gradient scaled by a constant; plain SGD moves each parameter by
+# lr x its gradient, so the splits that sum or average gradients run with it too.  Measured with an average where
+# sum_token_grads sums: Adam's runs 1.1e-4 to 2.7e-4 from one process, SGD's 9.4e-3 to 4.3e-2 (tolerance 1e-5).
+SGD = dict(optimizer="sgd", lr=0.1)
 
+
+def one_process(causal: bool = False, **settings):
+    """The one-process reference for TP's settings (``settings``: SGD's), run once for every test that
+    compares with it (helpers.once)."""
+    from distlab.parallelize import trainer
+    from helpers import once
+
+    return once(trainer.train_single, **dict(TP, causal=causal, **settings))
+
+
+def tp_run(backend: str, ranks: int, sp: bool, **settings):
+    """Tensor parallelism (``sp``: with sequence parallelism) on ``ranks`` ranks: launched once (helpers.launched)."""
+    from distlab.parallelize import trainer
+    from helpers import launched
+
+    return launched(trainer.train, ranks, backend=backend, sequence_parallel=sp, **dict(TP, **settings))
 
 
 def predicted_memory(record) -> int:
@@ -89,8 +109,8 @@ def predicted_memory(record) -> int:
 
     c = record.config
     mesh = c["mesh"] or {}
-    cfg = TransformerConfig(d_model=c["d_model"], heads=c["heads"], layers=c["layers"], mlp_ratio=c["mlp_ratio"],
-                            max_digits=c["max_digits"], causal=c["causal"])
+    cfg = TransformerConfig(d_model=c["width"], heads=c["heads"], layers=c["depth"], max_digits=c["digits"],
+                            causal=c["causal"])
     return transformer_activation_bytes(cfg, c["batch_size"], c["tokens"], tensor=mesh.get("tensor", 1),
                                         sequence_parallel=c["sequence_parallel"], context=mesh.get("context", 1),
                                         attention=c["attention"])["total"]
@@ -104,13 +124,9 @@ def check_memory_model(records, name: str) -> None:
     print(f"activations {name}: measured {records[0].activation_bytes} B, predicted {predicted_memory(records[0])} B")
 
 
-@pytest.fixture(scope="module")
-def one_process():
-    from distlab.sequence import training
-
-    record = training.train_single(**TP)
-    check_memory_model([record], "one process")
-    return record
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_the_activation_model_counts_what_one_process_keeps(causal):
+    check_memory_model([one_process(causal)], f"one process{', causal' if causal else ''}")
 
 
 @pytest.mark.parametrize("backend,ranks,sp", [("torchrun", 2, False), ("torchrun", 4, False),
@@ -119,73 +135,54 @@ def one_process():
                                               pytest.param("horovod", 2, True, marks=pytest.mark.horovod)],
                          ids=["torchrun-2", "torchrun-4", "horovod-2",
                               "torchrun-2-sp", "torchrun-4-sp", "horovod-2-sp"])
-def test_heads_split_across_ranks_train_like_one_process(one_process, backend, ranks, sp, warm_ranks):
+def test_heads_split_across_ranks_train_like_one_process(backend, ranks, sp, warm_ranks):
     """Issue 28: tensor parallelism on the transformer by hand, and with sequence parallelism (the line
     cut across the same ranks between the split regions), on real ranks (torchrun, and Horovod process
     sets): after 20 Adam steps every parameter equals one process's within 1e-5."""
     import distlab
     from distlab.predict import traffic
-    from distlab.sequence import tensor_parallel, training
+    from distlab.sequence import tensor_parallel
 
-    records = distlab.launch(training.train, ranks, backend=backend, progress="none", sequence_parallel=sp, **TP)
-    RECORDS[f"{backend}-{ranks}{'-sp' if sp else ''}"] = records
+    records = tp_run(backend, ranks, sp)
     merged = tensor_parallel.merge_params([r.params for r in records])
-    difference = distlab.max_param_difference(merged, one_process.params)
+    difference = distlab.max_param_difference(merged, one_process().params)
     print(f"\nTP{' + SP' if sp else ''} {backend} {ranks}: max |parameter difference| = {difference:.2e}")
     assert difference <= 1e-5
     assert all(r.losses == records[0].losses for r in records)             # one model, one loss
     tokens = TP["digits"] * 16
-    assert records[0].traffic == traffic.tensor_parallel_bytes(TP["global_batch_size"], TP["d_model"], tokens=tokens,
-                                                               regions=2 * TP["layers"], sequence_parallel=sp)
-    one = TP["global_batch_size"] * tokens * TP["d_model"] * 4
+    assert records[0].traffic == traffic.tensor_parallel_bytes(TP["global_batch_size"], TP["width"], tokens=tokens,
+                                                               regions=2 * TP["depth"], sequence_parallel=sp)
+    one = TP["global_batch_size"] * tokens * TP["width"] * 4
     check_memory_model(records, f"TP{' + SP' if sp else ''} {ranks}")
-    if sp:   # each rank keeps its piece of the line between the regions: less than the whole line's
-        if ("tp", backend, ranks) not in ACTIVATIONS:
-            ACTIVATIONS["tp", backend, ranks] = distlab.launch(training.train, ranks, backend=backend, progress="none",
-                                                               **dict(TP, steps=1))[0].activation_bytes
-        assert records[0].activation_bytes < ACTIVATIONS["tp", backend, ranks] - (ranks - 1) / ranks * one
-    else:
-        ACTIVATIONS["tp", backend, ranks] = records[0].activation_bytes
+    if sp:   # each rank keeps its piece of the line between the regions: less than the whole line's (TP's)
+        whole_line = tp_run(backend, ranks, False)[0].activation_bytes
+        assert records[0].activation_bytes < whole_line - (ranks - 1) / ranks * one
 
 
 @pytest.mark.parametrize("sp", [False, True], ids=["tp", "tp-sp"])
-def test_pytorchs_parallelize_module_splits_the_same_way(one_process, sp, warm_ranks):
+def test_pytorchs_parallelize_module_splits_the_same_way(sp, warm_ranks):
     """Issue 28: the same split with PyTorch's own API on the mesh (ColwiseParallel, RowwiseParallel,
     and for sequence parallelism SequenceParallel and PrepareModuleInput): it equals one process after
     20 Adam steps within 1e-5 and keeps exactly the activations the by-hand split keeps (the model's)."""
     import distlab
-    from distlab.sequence import training
 
-    records = distlab.launch(training.train, 2, progress="none", use_torch=True, sequence_parallel=sp, **TP)
+    records = tp_run("torchrun", 2, sp, use_torch=True)
     assert "PyTorch's parallelize_module" in records[0].method
-    difference = max(distlab.max_param_difference(r.params, one_process.params) for r in records)   # whole
+    difference = max(distlab.max_param_difference(r.params, one_process().params) for r in records)   # whole
     print(f"\ntorch TP{' + SP' if sp else ''}: max |parameter difference| = {difference:.2e}")
     assert difference <= 1e-5
     check_memory_model(records, f"torch TP{' + SP' if sp else ''} 2")
 
 
-RECORDS = {}         # the runs above, by name, for the pictures' test at the end (which launches any missing)
-ACTIVATIONS = {}     # TP's activations per rank, for the TP + SP cases (filled by the TP cases before them)
-
-
 def test_heads_that_do_not_share_out_are_refused_before_anything_starts():
     import distlab
-    from distlab.sequence import training
+    from distlab.parallelize import trainer
 
     with pytest.raises(ValueError, match="4 attention heads do not share out among 3"):
-        distlab.launch(training.train, 3, progress="none", **TP)
+        distlab.launch(trainer.train, 3, progress="none", **TP)
 
 
 # ---- context parallelism: the line split along the sequence --------------------------------------
-@pytest.fixture(scope="module")
-def one_process_causal():
-    from distlab.sequence import training
-
-    record = training.train_single(**dict(TP, causal=True))
-    check_memory_model([record], "one process, causal")
-    return record
-
-
 CP_RUNS = {   # ranks, settings: every way the line can be split, and its compositions
     "ring-2": (2, dict(context=2, attention="ring")),
     "ring-causal-4": (4, dict(context=4, attention="ring", split="contiguous", causal=True)),
@@ -196,58 +193,97 @@ CP_RUNS = {   # ranks, settings: every way the line can be split, and its compos
 }
 
 
+def cp_run(name: str, **settings):
+    """The context-parallel run ``name`` of CP_RUNS (``settings``: SGD's), launched once (helpers.launched)."""
+    from distlab.parallelize import trainer
+    from helpers import launched
+
+    ranks, split = CP_RUNS[name]
+    return launched(trainer.train, ranks, backend="torchrun", **dict(TP, **split, **settings))
+
+
+def check_equals_one_process(records, reference, name: str) -> None:
+    """Every tensor group's slices, merged, equal the one-process reference within 1e-5."""
+    import distlab
+    from distlab.sequence import tensor_parallel
+
+    tensor = (records[0].config["mesh"] or {}).get("tensor", 1)
+    for first in range(0, len(records), tensor):
+        merged = tensor_parallel.merge_params([r.params for r in records[first:first + tensor]])
+        difference = distlab.max_param_difference(merged, reference.params)
+        print(f"\n{name}, ranks {first}-{first + tensor - 1}: max |parameter difference| = {difference:.2e}")
+        assert difference <= 1e-5
+
+
 @pytest.mark.parametrize("name", CP_RUNS)
-def test_the_line_split_across_ranks_trains_like_one_process(one_process, one_process_causal, name, warm_ranks):
+def test_the_line_split_across_ranks_trains_like_one_process(name, warm_ranks):
     """Issue 28: context parallelism by hand (K and V gathered, or passed round the ring with the
     online-softmax merge, forward and backward; contiguous or zig-zag pieces), alone and with data or
     tensor parallelism: after 20 Adam steps every parameter equals one process's within 1e-5."""
-    import distlab
     from distlab.predict import traffic
-    from distlab.sequence import tensor_parallel
 
     ranks, settings = CP_RUNS[name]
-    from distlab.sequence import training
-
-    records = distlab.launch(training.train, ranks, progress="none", **dict(TP, **settings))
-    RECORDS[name] = records
-    reference = one_process_causal if settings.get("causal") else one_process
-    tensor = records[0].config["mesh"]["tensor"]
-    for first in range(0, ranks, tensor):                      # each tensor group's slices, merged
-        merged = tensor_parallel.merge_params([r.params for r in records[first:first + tensor]])
-        difference = distlab.max_param_difference(merged, reference.params)
-        print(f"\nCP {name}, ranks {first}-{first + tensor - 1}: max |parameter difference| = {difference:.2e}")
-        assert difference <= 1e-5
+    records = cp_run(name)
+    check_equals_one_process(records, one_process(settings.get("causal", False)), f"CP {name}")
     check_memory_model(records, name)
     ring = records[0].ring
     c = records[0].config        # the bytes each rank's attention passed on, as the formula has them
-    assert ring["bytes"] == traffic.context_parallel_bytes(c["batch_size"], c["tokens"], c["d_model"],
-                                                           c["mesh"]["context"], layers=c["layers"],
+    assert ring["bytes"] == traffic.context_parallel_bytes(c["batch_size"], c["tokens"], c["width"],
+                                                           c["mesh"]["context"], layers=c["depth"],
                                                            attention=c["attention"], tensor=c["mesh"]["tensor"])
     if settings["attention"] == "ring":       # n - 1 hops forward, n back (the last carries gradients only)
         n = settings["context"]
         hops = [(m["phase"], m["hop"]) for m in ring["log"]]
-        assert hops == [("forward", h) for layer in range(TP["layers"]) for h in range(n - 1)] + \
-                       [("backward", h) for layer in range(TP["layers"]) for h in range(n)]
+        assert hops == [("forward", h) for layer in range(TP["depth"]) for h in range(n - 1)] + \
+                       [("backward", h) for layer in range(TP["depth"]) for h in range(n)]
     if name.startswith("ring-causal") or name.startswith("ring-zigzag"):
         # the causal mask's work per rank, in blocks of scores: contiguous, rank r computes r + 1 of its
         # n blocks; zig-zag, every rank the same (r + 1 for chunk r, 2n - r for chunk 2n - 1 - r)
-        blocks = [r.ring["score_blocks"] // TP["layers"] for r in records]
+        blocks = [r.ring["score_blocks"] // TP["depth"] for r in records]
         assert blocks == ([1, 2, 3, 4] if settings["split"] == "contiguous" else [9, 9, 9, 9]), blocks
+
+
+SGD_RUNS = {   # every split whose gradients are summed over pieces of the line, or averaged over replicas
+    "tp-sp-2": lambda: tp_run("torchrun", 2, True, **SGD),
+    "ring-2": lambda: cp_run("ring-2", **SGD),
+    "all_gather-zigzag-causal-2": lambda: cp_run("all_gather-zigzag-causal-2", **SGD),
+    "context-x-data-4": lambda: cp_run("context-x-data-4", **SGD),
+}
+
+
+@pytest.mark.parametrize("name", SGD_RUNS)
+def test_the_splits_that_add_up_gradients_train_like_one_process_with_sgd(name, warm_ranks):
+    """Issue 36: the splits where a sum and an average could be confused (sequence parallelism's pieces of
+    the line and context parallelism's: their gradients summed; the data replicas': averaged) with plain
+    SGD, which moves each parameter by lr x its gradient, so a gradient off by the group's size shows:
+    after 20 steps every parameter equals one process's within 1e-5, while SGD moved them far more."""
+    import distlab
+    from distlab.sequence.transformer import TransformerConfig, build_transformer
+
+    causal = CP_RUNS.get(name, (0, {}))[1].get("causal", False)
+    reference = one_process(causal, **SGD)
+    start = build_transformer(TransformerConfig(d_model=TP["width"], heads=TP["heads"], layers=TP["depth"],
+                                                max_digits=TP["digits"], causal=causal), seed=TP["seed"])
+    moved = distlab.max_param_difference(reference.params, dict(start.named_parameters()))
+    assert moved > 1e-2, moved                          # a thousand times the tolerance below
+    records = SGD_RUNS[name]()
+    assert {r.config["optimizer"] for r in records} == {"sgd"}
+    check_equals_one_process(records, reference, f"SGD {name}")
 
 
 @pytest.mark.parametrize("ranks, settings, match", [
     (3, dict(context=3, digits=2), "a line of 32 tokens does not cut into 3 equal pieces, one per rank"),
-    (4, dict(context=2, tensor=2, heads=3, d_model=30), "3 attention heads do not share out among 2"),
+    (4, dict(context=2, tensor=2, heads=3, width=30), "3 attention heads do not share out among 2"),
     (3, dict(context=3, digits=2, split="zigzag"),
      "a line of 32 tokens does not cut into an even number of equal chunks, two per rank \\(6 for 3 ranks\\)"),
     (2, dict(context=2, split="spiral"), "unknown split 'spiral'"),
     (2, dict(context=2, attention="ulysses"), "unknown context-parallel attention 'ulysses'"),
-    (4, dict(context=2, data=3), "does not match the world size 4"),
-    (4, dict(context=2, data=2, global_batch_size=15), "global_batch_size 15 does not divide among 2 data"),
+    (4, dict(context=2, data=3), "does not divide the world size 4"),
+    (4, dict(context=2, data=2, global_batch_size=15), "global_batch_size 15 does not divide into 2 shares"),
     (2, dict(context=2, backend="horovod"), "ring attention passes K and V to the next rank point to point"),
     (2, dict(context=2, sequence_parallel=True), "sequence_parallel=True cuts the line across the tensor group"),
     (4, dict(context=2, tensor=2, sequence_parallel=True), "sequence parallelism with context parallelism is not"),
-    (2, dict(sequence_parallel="yes"), "sequence_parallel must be True or False"),
+    (2, dict(sequence_parallel="yes"), "sequence_parallel='yes': train\\(\\) expects a bool"),
     (2, dict(context=2, test_lines=0), "test_lines must be a positive integer, got 0"),
     (2, dict(use_torch=True, backend="horovod"), "use_torch=True runs on launch\\(backend='torchrun'\\) only"),
     (4, dict(use_torch=True, context=2, tensor=2), "use_torch=True splits the blocks with PyTorch's"),
@@ -257,30 +293,16 @@ def test_a_line_that_cannot_be_split_is_refused_before_anything_starts(ranks, se
     rank), an unknown split or attention, a mesh that is not the job, a batch the replicas cannot share,
     ring attention on Horovod (no point-to-point): refused by ``launch`` before any process starts."""
     import distlab
-    from distlab.sequence import training
+    from distlab.parallelize import trainer
     from helpers import children
 
     before = children()
     with pytest.raises(ValueError, match=match):
-        distlab.launch(training.train, ranks, progress="none", **dict(TP, **settings))
+        distlab.launch(trainer.train, ranks, progress="none", **dict(TP, **settings))
     assert children() - before == set()
 
 
-def recorded(name: str):
-    """A run of the tests above (launched here when this test runs alone)."""
-    import distlab
-    from distlab.sequence import training
-
-    if name not in RECORDS:
-        if name in CP_RUNS:
-            ranks, settings = CP_RUNS[name]
-        else:
-            ranks, settings = int(name.split("-")[1]), dict(sequence_parallel=name.endswith("-sp"))
-        RECORDS[name] = distlab.launch(training.train, ranks, progress="none", **dict(TP, **settings))
-    return RECORDS[name]
-
-
-def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data):
+def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data, warm_ranks):
     """Issue 28's pictures, from real ranks: the ring hop by hop (from the messages each rank logged),
     the causal mask coloured by the rank that computed each block (contiguous: rank r the blocks of row r
     up to the diagonal; zig-zag: rows r and 2n-1-r), the activations against the line's length (model
@@ -294,7 +316,7 @@ def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data):
     from distlab.widgets import long_lines as LL
     from distlab.widgets.display import figure_png
 
-    contiguous, zigzag = recorded("ring-causal-4"), recorded("ring-zigzag-causal-4")
+    contiguous, zigzag = cp_run("ring-causal-4"), cp_run("ring-zigzag-causal-4")
     frames = LL.ring_frames(contiguous)
     assert [f["holding"] for f in frames] == [[[0], [1], [2], [3]], [[3], [0], [1], [2]],
                                              [[2], [3], [0], [1]], [[1], [2], [3], [0]]]
@@ -330,8 +352,8 @@ def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data):
     assert all(len(r.ring["attention_seconds_by_step"]) == TP["steps"] and
                r.ring["attention_seconds_by_step"][-1] == r.ring["attention_seconds"] for r in contiguous)
 
-    table = LL.holdings_table({"TP": recorded("torchrun-2"), "TP + SP": recorded("torchrun-2-sp")})
-    lines, tokens, width = TP["global_batch_size"], TP["digits"] * 16, TP["d_model"]
+    table = LL.holdings_table({"TP": tp_run("torchrun", 2, False), "TP + SP": tp_run("torchrun", 2, True)})
+    lines, tokens, width = TP["global_batch_size"], TP["digits"] * 16, TP["width"]
     def row(point, shape):
         return f"  {point:<14} rank 0 {str(shape):>14}"
 
@@ -340,7 +362,7 @@ def test_the_pictures_are_drawn_from_what_the_ranks_recorded(data):
     assert row("LayerNorm 1", (lines, tokens // 2, width)) in sp      # TP + SP: half of it there
     assert row("Q", (lines, tokens, width // 2)) in tp and row("Q", (lines, tokens, width // 2)) in sp  # half the heads
     assert row("MLP out", (lines, tokens, width)) in tp and row("MLP out", (lines, tokens // 2, width)) in sp
-    assert LL.holdings_png({"TP": recorded("torchrun-2")})[:4] == b"\x89PNG"
+    assert LL.holdings_png({"TP": tp_run("torchrun", 2, False)})[:4] == b"\x89PNG"
 
 
 def test_pytorchs_own_context_parallel_is_tried_for_real(warm_ranks):

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import launched
 
 import distlab
 from distlab.parallel import async_sgd, local_sgd
@@ -22,11 +23,11 @@ DELAY = 0.05          # seconds the straggler sleeps per step: large next to a s
 COMMON = dict(batch_size=32, lr=0.3, seed=0, progress="none")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def straggler_runs():
-    """Three ranks, without and with rank 2 sleeping DELAY seconds per step."""
-    plain = distlab.launch(dp.train, world_size=3, steps=16, **COMMON)
-    slow = distlab.launch(dp.train, world_size=3, steps=16, straggler=(2, DELAY), **COMMON)
+    """Three ranks, without and with rank 2 sleeping DELAY seconds per step, each launched once (helpers.launched)."""
+    plain = launched(dp.train, 3, steps=16, **COMMON)
+    slow = launched(dp.train, 3, steps=16, straggler=(2, DELAY), **COMMON)
     return plain, slow
 
 
@@ -44,9 +45,10 @@ def test_timelines_are_recorded_and_consistent_across_ranks(straggler_runs):
         for step in range(16):    # no rank leaves an all-reduce before the last one entered it
             last_in = max(r.steps[step].t_comm_start for r in records)
             assert all(r.steps[step].t_comm_end >= last_in for r in records)
-        w = tl.waits(records)
-        assert w.shape == (3, 16) and (w >= 0).all()
-        assert (w.min(axis=0) == 0).all()          # somebody is always the last to arrive
+        # each rank's wait: from its own arrival at the step's all-reduce to the last rank's (its stamps)
+        arrived = [[s.t_comm_start for s in r.steps] for r in records]
+        assert tl.waits(records).tolist() == [[max(a[step] for a in arrived) - mine[step] for step in range(16)]
+                                              for mine in arrived]
 
 
 def test_the_others_wait_for_a_straggler(straggler_runs):
@@ -94,10 +96,10 @@ def test_bad_straggler_fails_before_any_process_starts():
 # -------------------------------------------------------------------------------------------
 # asynchronous SGD with a parameter server
 # -------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture
 def async_run():
-    """A server and two workers; worker 2 is slow, so worker 1 moves the parameters meanwhile."""
-    return distlab.launch(async_sgd.train, world_size=3, steps=60, straggler=(2, 0.03), **COMMON)
+    """A server and two workers; worker 2 is slow, so worker 1 moves the parameters meanwhile (launched once)."""
+    return launched(async_sgd.train, 3, steps=60, straggler=(2, 0.03), **COMMON)
 
 
 def test_the_server_applies_every_gradient_once_and_records_staleness(async_run):

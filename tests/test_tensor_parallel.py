@@ -8,7 +8,7 @@ The hand-written one runs on Horovod too (the Worker's all-reduces): one launch 
 """
 import pytest
 import torch
-import workers
+from helpers import once, trained
 
 import distlab
 from distlab.models import build_model
@@ -25,48 +25,48 @@ WORLDS = (2, 4)
 BY_HAND = [("torchrun", 2), ("torchrun", 4), ("horovod", 4)]
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cases = {"by hand": ("tensor_parallel", SETTINGS),
-             "torch": ("tensor_parallel", dict(SETTINGS, use_torch=True))}
-    out = {("torchrun", p): distlab.launch(workers.trainings, world_size=p, cases=cases, progress="none",
-                                           timeout=120) for p in WORLDS}
-    out["horovod", 4] = distlab.launch(workers.trainings, world_size=4, backend="horovod",
-                                       cases={"by hand": cases["by hand"]}, progress="none", timeout=120)
-    return out
+CASES = {"by hand": ("tensor_parallel", SETTINGS), "torch": ("tensor_parallel", dict(SETTINGS, use_torch=True))}
 
 
-@pytest.fixture(scope="module")
+def runs(backend: str, p: int) -> dict:
+    """``{case: each rank's record}``: on torchrun both splits in one launch per world size, on Horovod the
+    one by hand; each launched once whichever test asks first (helpers.trained)."""
+    if backend == "horovod":
+        return trained(p, {"by hand": CASES["by hand"]}, backend="horovod", timeout=120)
+    return trained(p, CASES, timeout=120)
+
+
 def reference():
-    return dp.train_single(model="mlp", depth=3, width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR,
-                           record_grads_at=())
+    """One process training the whole model on the whole batch (helpers.once)."""
+    return once(dp.train_single, model="mlp", depth=3, width=WIDTH, global_batch_size=BATCH, steps=STEPS, lr=LR,
+                record_grads_at=())
 
 
 @pytest.mark.parametrize("backend,p", BY_HAND)
-def test_split_by_hand_trains_like_one_process(runs, reference, backend, p):
-    records = [r["by hand"] for r in runs[backend, p]]
+def test_split_by_hand_trains_like_one_process(backend, p):
+    records = runs(backend, p)["by hand"]
     assert {r.backend for r in records} == {backend}
     assert records[0].params["fc2.weight"].shape == (WIDTH // p, WIDTH)      # each rank: its rows
     assert records[0].params["fc3.weight"].shape == (WIDTH, WIDTH // p)      # ... and its columns
     merged = T.merge_params([r.params for r in records])
-    assert distlab.max_param_difference(merged, reference.params) <= 1e-6
+    assert distlab.max_param_difference(merged, reference().params) <= 1e-6
     for r in records:                                                       # every rank saw the loss
-        assert r.losses == pytest.approx(reference.losses, abs=1e-5)
+        assert r.losses == pytest.approx(reference().losses, abs=1e-5)
 
 
 @pytest.mark.parametrize("p", WORLDS)
-def test_parallelize_module_trains_like_one_process_and_like_ours(runs, reference, p):
-    ours = T.merge_params([r["by hand"].params for r in runs["torchrun", p]])
-    for r in runs["torchrun", p]:
-        theirs = r["torch"].params
-        assert distlab.max_param_difference(theirs, reference.params) <= 1e-6
+def test_parallelize_module_trains_like_one_process_and_like_ours(p):
+    ours = T.merge_params([r.params for r in runs("torchrun", p)["by hand"]])
+    for r in runs("torchrun", p)["torch"]:
+        theirs = r.params
+        assert distlab.max_param_difference(theirs, reference().params) <= 1e-6
         assert distlab.max_param_difference(theirs, ours) <= 1e-6
 
 
 @pytest.mark.parametrize("backend,p", BY_HAND)
-def test_one_all_reduce_of_batch_x_width_each_way(runs, backend, p):
-    for r in runs[backend, p]:
-        assert r["by hand"].traffic == traffic.tensor_parallel_bytes(BATCH, WIDTH) == {"forward": BATCH * WIDTH * 4,
+def test_one_all_reduce_of_batch_x_width_each_way(backend, p):
+    for r in runs(backend, p)["by hand"]:
+        assert r.traffic == traffic.tensor_parallel_bytes(BATCH, WIDTH) == {"forward": BATCH * WIDTH * 4,
                                                                            "backward": BATCH * WIDTH * 4}
     # data parallelism on the same model would all-reduce every gradient instead
     w = WIDTH

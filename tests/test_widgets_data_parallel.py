@@ -4,8 +4,8 @@ One launch for the whole module (start-up costs seconds); everything else reads 
 """
 import pytest
 import torch
+from helpers import launched, once
 
-import distlab
 from distlab.parallel import data_parallel as dp
 from distlab.data import load_digits, shard_indices
 from distlab.widgets import data_parallel as w
@@ -16,11 +16,10 @@ pytestmark = pytest.mark.usefixtures("warm_ranks")
 CONFIG = dict(width=16, global_batch_size=16, steps=3, lr=0.5, seed=3, record_grads_at=(0, 2))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def run():
-    records = distlab.launch(dp.train, world_size=2, method="by_hand", progress="none", **CONFIG)
-    reference = dp.train_single(world_size=2, **CONFIG)
-    return records, reference
+    """The two-rank run and its one-process reference, each run once (helpers.launched, helpers.once)."""
+    return launched(dp.train, 2, method="by_hand", **CONFIG), once(dp.train_single, world_size=2, **CONFIG)
 
 
 @pytest.fixture(scope="module")

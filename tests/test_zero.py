@@ -6,7 +6,7 @@ counted tensor by tensor, within 10%.
 """
 import pytest
 import torch
-import workers
+from helpers import once, trained
 
 import distlab
 from distlab.measure import memory_held
@@ -33,22 +33,22 @@ def cases(optimizer):
             ("fsdp", 3): ("fsdp", dict(SETTINGS, optimizer=optimizer))}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def runs():
+    """Every case of both optimizers, one launch per world size, launched once (helpers.trained)."""
     out = {}
     for world in WORLDS:
         both = {(o, *k): v for o in OPTIMIZERS for k, v in cases(o).items()}
-        for rank_out in distlab.launch(workers.trainings, world_size=world, cases=both, progress="none",
-                                       timeout=120):
-            for key, record in rank_out.items():
-                out.setdefault((world, *key), []).append(record)
+        for key, records in trained(world, both, timeout=120).items():
+            out[(world, *key)] = records
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def references():
-    return {o: dp.train_single(world_size=2, global_batch_size=BATCH, width=WIDTH, steps=STEPS, lr=LR,
-                               optimizer=o, record_grads_at=()) for o in OPTIMIZERS}
+    """One process per optimizer, run once (helpers.once)."""
+    return {o: once(dp.train_single, world_size=2, global_batch_size=BATCH, width=WIDTH, steps=STEPS, lr=LR,
+                    optimizer=o, record_grads_at=()) for o in OPTIMIZERS}
 
 
 KEYS = [(w, o, how, s) for w in WORLDS for o in OPTIMIZERS

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import ipaddress
 import itertools
 import json
 import os
@@ -404,6 +405,58 @@ class Watch:
 
 
 _networks = itertools.count()
+_linking = threading.Lock()     # a link's /30 is chosen and given to the host's end under it: no two links share one
+
+# The links into the namespaces take their addresses from the range RFC 2544 sets aside for benchmarking and
+# test networks, never from the private ranges a learner's own network (home, office, VPN) may be using.
+LINK_RANGE = ipaddress.ip_network("198.18.0.0/15")
+LINKS = LINK_RANGE.num_addresses // 4                   # its /30s: 32768
+
+
+def host_networks(routes: list[dict], addresses: list[dict]) -> list:
+    """The IPv4 networks this host already uses: every route's destination, in every table (the default route
+    aside: it covers every address, and is only where what no other route takes goes), and the network of every
+    address it holds.  ``routes`` as ``ip -4 -j route show table all`` writes them, ``addresses`` as
+    ``ip -4 -j addr show``."""
+    taken = []
+    for route in routes:
+        dst = route.get("dst")
+        try:
+            net = ipaddress.ip_network(dst, strict=False) if dst and dst != "default" else None
+        except ValueError:
+            continue
+        if net is not None and net.version == 4 and net.prefixlen > 0:
+            taken.append(net)
+    for link in addresses:
+        for a in link.get("addr_info", ()):
+            if a.get("family") == "inet" and a.get("local"):
+                taken.append(ipaddress.ip_interface(f"{a['local']}/{a.get('prefixlen', 32)}").network)
+    return taken
+
+
+def free_link(taken: list, start: int = 0):
+    """The first /30 of LINK_RANGE, from the ``start``-th on (wrapping round), that overlaps none of ``taken``
+    (``host_networks``): a link's two ends, the host's and the namespace's, then shadow no network the host
+    reaches, and no other link.  RuntimeError, naming what covers the range, when none is free."""
+    near = [net for net in taken if net.overlaps(LINK_RANGE)]
+    first, i = int(LINK_RANGE.network_address), 0
+    while i < LINKS:
+        index = (start + i) % LINKS
+        link = ipaddress.ip_network((first + 4 * index, 30))
+        blocking = next((net for net in near if link.overlaps(net)), None)
+        if blocking is None:
+            return link
+        # every /30 up to the end of what blocks this one is blocked too (but the range wraps round at its end)
+        i += min(max(1, (int(blocking.broadcast_address) - int(link.network_address)) // 4 + 1), LINKS - index)
+    raise RuntimeError(f"no free /30 in {LINK_RANGE} (RFC 2544's range for benchmarking networks, the only one the "
+                       "simulated Binder gives its links, so as never to shadow a network of this machine) for a link "
+                       "into a network namespace: this host's routes and addresses cover all of it: "
+                       + ", ".join(sorted({str(net) for net in near})))
+
+
+def _ip_json(*args) -> list:
+    out = subprocess.run(["ip", "-4", "-j", *args], capture_output=True, text=True, check=True).stdout
+    return json.loads(out or "[]")
 
 
 @contextmanager
@@ -416,7 +469,8 @@ def own_network(reachable: bool = False):
     root or ``ip``, the host's network is used, and ``enforced`` says so.
 
     ``reachable``: the namespace also gets a link to the host (a veth pair on a /30 of its own,
-    as a pod has its address), so that a browser on the host can reach a server inside it;
+    as a pod has its address: from 198.18.0.0/15, clear of every route and address of the host,
+    ``free_link``), so that a browser on the host can reach a server inside it;
     ``address`` is the namespace's end ("127.0.0.1" when there is no namespace, or no link).
     """
     for old in glob.glob("/run/netns/dlbinder-*"):          # left by a run that was killed
@@ -438,16 +492,17 @@ def own_network(reachable: bool = False):
         if reachable:
             k = next(_networks)
             host_end, inner = f"dlv{os.getpid() % 100000}h{k}", f"dlv{os.getpid() % 100000}n{k}"
-            base = f"10.{200 + os.getpid() % 50}.{(os.getpid() // 50) % 250}"    # a /30 per link
-            last = (k % 63) * 4
-            address = f"{base}.{last + 2}"
-            for cmd in (["ip", "link", "add", host_end, "type", "veth", "peer", "name", inner],
-                        ["ip", "link", "set", inner, "netns", name],
-                        ["ip", "addr", "add", f"{base}.{last + 1}/30", "dev", host_end],
-                        ["ip", "link", "set", host_end, "up"],
-                        ["ip", "-n", name, "addr", "add", f"{address}/30", "dev", inner],
-                        ["ip", "-n", name, "link", "set", inner, "up"]):
-                subprocess.run(cmd, check=True, capture_output=True)
+            with _linking:         # a /30 of 198.18.0.0/15 that no route or address of the host overlaps
+                link = free_link(host_networks(_ip_json("route", "show", "table", "all"), _ip_json("addr", "show")),
+                                 start=(os.getpid() * 64 + k) % LINKS)
+                host_address, address = (str(a) for a in link.hosts())
+                for cmd in (["ip", "link", "add", host_end, "type", "veth", "peer", "name", inner],
+                            ["ip", "link", "set", inner, "netns", name],
+                            ["ip", "addr", "add", f"{host_address}/30", "dev", host_end],
+                            ["ip", "link", "set", host_end, "up"],
+                            ["ip", "-n", name, "addr", "add", f"{address}/30", "dev", inner],
+                            ["ip", "-n", name, "link", "set", inner, "up"]):
+                    subprocess.run(cmd, check=True, capture_output=True)
             where = f"a network namespace of its own (loopback, and {address} on a link to the host)"
         yield ["ip", "netns", "exec", name], where, address
     finally:
