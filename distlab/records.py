@@ -16,7 +16,7 @@ class StepRecord:
     """One training step on one rank.  Times are ``time.time()`` seconds, comparable across
     the ranks of one machine (on a GPU read once the device has finished: ``loop.Run.clock``).
     ``comm_*`` are ``None`` when communication overlaps the backward pass (DistributedDataParallel)
-    and cannot be timed apart from it.  ``flops``: counted by PyTorch's ``FlopCounterMode`` in the
+    and cannot be timed apart from it.  ``flops``: counted by PyTorch's formulas (``train.flops.CountFlops``) in the
     first step (the shapes are the same every step), so FLOP/s and MFU can be read off any record."""
 
     step: int
@@ -55,7 +55,7 @@ class RankRecord:
     # checkpoints (lesson 10): the step this life of the run resumed from (None: from the start);
     # ``steps`` then holds only the steps trained since
     resumed_from: int | None = None
-    # lesson 05: the floating-point operations of one step on this rank (``FlopCounterMode``, first step)
+    # lesson 05: the floating-point operations of one step on this rank (``train.flops``, first step)
     flops_per_step: float | None = None
     # lesson 05: (step, training seconds so far, test accuracy) every evaluate_every steps
     evaluations: list[tuple[int, float, float]] = field(default_factory=list)

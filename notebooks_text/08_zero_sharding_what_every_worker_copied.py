@@ -68,7 +68,7 @@ for stage in memory.STAGES:
           f"= params {m.params / 1e6:.3f} + grads {m.grads / 1e6:.3f} + optimizer {m.optimizer / 1e6:.3f}")
 
 # %% [markdown]
-# The same model reproduces the ZeRO paper's own example (Rajbhandari et al., 2020, Figure 1):
+# The same model reproduces the ZeRO paper's own example (Rajbhandari et al., 2019; SC20, Figure 1):
 # 7.5 billion parameters, 64 ranks, Adam in mixed precision.
 
 # %%
@@ -166,11 +166,12 @@ print("largest difference from one process, by stage:", {stage: f"{gap:.1e}" for
 
 # %% [markdown]
 # Our stage 2 is the naive one: backward makes every full gradient, *then* one reduce-scatter
-# runs, then the full gradients are dropped. The optimised version (DeepSpeed's and FSDP's
-# way, `overlap=True`) shards each parameter on its own and starts that parameter's
-# reduce-scatter from a hook the moment backward has finished its gradient, dropping the full
-# gradient at once: the communication overlaps the rest of backward, and the full gradients
-# never all exist together. Same numbers, and the same bytes held between steps (give or take
+# runs, then the full gradients are dropped. The optimised version (`overlap=True`, FSDP's
+# way) shards each parameter on its own and starts that parameter's reduce-scatter from a hook
+# the moment backward has finished its gradient, dropping the full gradient at once: the
+# communication overlaps the rest of backward, and the full gradients never all exist together.
+# (DeepSpeed does the same with buckets: gradients gather into a bucket of `reduce_bucket_size`
+# as backward makes them, and each full bucket is reduce-scattered.) Same numbers, and the same bytes held between steps (give or take
 # Adam's step counters, one per tensor it updates: 6 here instead of 1):
 
 # %% tags=["nbval-ignore-output"]
@@ -249,15 +250,17 @@ assert abs(counted / activations.mlp_activation_bytes(32, 2048) - 1) < 0.01
 
 # %% [markdown]
 # Small here next to the training state counted above; in a large language model, with long sequences
-# and big batches, activations can outweigh everything else. They shrink with a smaller
-# micro-batch (lesson 06's pipelines), with tensor parallelism (lesson 07: each rank keeps its
-# slice of the split layers' activations) or by recomputing them in backward.
-#
+# and big batches, activations can outweigh everything else. They shrink with 1F1B, which holds
+# at most p micro-batches (lesson 06's pipelines), with tensor parallelism (lesson 07: each rank
+# keeps its slice of the split layers' activations) or by recomputing them in backward.
+
+# %% [markdown]
 # The model-parallel layouts of lessons 06 and 07 combine with ZeRO: each rank first holds its
-# part of the model (the layers lesson 06's cut gives its stage, and its slice of the layers
-# lesson 07 splits), then ZeRO shards that part over the ranks that hold the same part. For the
-# width-2048 MLP on 8 ranks, at ZeRO stage 1, stage by stage, next to what an even cut of the
-# parameters would give:
+# part of the model (the layers lesson 06's cut gives its pipeline stage, and its slice of the
+# layer tensor parallelism splits: `fc2`, column-wise as in lesson 07; its row-split partner here
+# would be `out`, the smallest layer, counted whole), then ZeRO shards that part over the
+# ranks that hold the same part. For the width-2048 MLP on 8 ranks, at ZeRO stage 1, pipeline
+# stage by pipeline stage, next to what an even cut of the parameters would give:
 
 # %%
 from distlab.parallel import tensor_parallel
@@ -270,17 +273,18 @@ for pipe, tens in ((1, 1), (2, 1), (1, 2), (2, 2)):
     setting = dict(stage=1, optimizer="adam", precision="fp32", pipeline=pipe, tensor=tens)
     ranks = memory.per_stage(mlp2048, 8, **setting)
     print(f"{pipe} pipeline stage(s) x {tens} tensor slice(s) x {8 // (pipe * tens)} data replicas: "
-          + ", ".join(f"stage {s} {m.total / 1e6:.1f} MB" for s, m in enumerate(ranks))
+          + ", ".join(f"pipeline stage {s} {m.total / 1e6:.1f} MB" for s, m in enumerate(ranks))
           + f" per rank (an even cut: {memory.per_rank(n2048, 8, **setting).total / 1e6:.1f} MB)")
 
 # %% [markdown]
-# Lesson 06's cut balances *work*, not memory: `fc2` does nearly all the multiply-adds and holds
-# nearly all the parameters, so the best cut leaves `fc1` alone on the first stage and puts `fc2`
-# (with `out`) on the second, whose ranks hold almost the whole model. With two stages there are half as many data replicas to share the optimizer
-# state, so the fullest rank holds *more* than with no pipeline at all. Tensor parallelism halves
-# only the layer it splits, `fc2`; `fc1` and `out` stay whole on every rank. A model of many equal
-# blocks (a transformer) comes close to the even cut; a model dominated by one layer must split
-# that layer to gain room.
+# A pipeline cuts only *between* layers, and here one layer, `fc2`, holds nearly all the
+# parameters (and does as much of the work): whatever the cut balances, work or memory, the
+# stage that holds `fc2` holds almost the whole model. With two stages that stage's state is
+# shared by 4 data replicas instead of 8, so its ranks hold *more* than with no pipeline at all
+# (the even cut, which no real cut of this model can reach, would have halved it). Tensor
+# parallelism halves only the layer it splits, `fc2`; `fc1` and `out` stay whole on every rank.
+# A model of many equal blocks (a transformer) comes close to the even cut; a model dominated by
+# one layer must split that layer to gain room.
 
 # %% [markdown]
 # ## 5. The same job as a DeepSpeed config

@@ -65,6 +65,12 @@ text = open(path).read()
 print(text.replace(WORK, "WORK"))
 
 # %% [markdown]
+# The file lists every key with its value, the defaults included: also the keys this run does not
+# use (the transformer's `heads` or `experts` of lessons 12-13), each at its default; a config that
+# set one of them away from its default would be refused, naming the strategies that use it. The
+# mesh's axes are among them: `parallel.data: -1` means "the ranks the other axes leave", and
+# `expert`, `context` and `tensor` at 1 mean not split.
+#
 # Every key has a type and a range, checked before anything starts. **Predict** what happens to
 # a config that spells the learning rate `learning_rate`, and to one whose batch of 50 is split
 # over 4 ranks:
@@ -189,7 +195,10 @@ for name, (records, wall) in runs.items():
 
 # %% [markdown]
 # The steps are a small part of every launch: a run of a few steps is mostly start-up, and a
-# cluster job pays it once per job, so real jobs train for hours, not seconds.
+# cluster job pays it once per job, so real jobs train for hours, not seconds. (The terminal's
+# total here counts from before a new Python starts and imports distlab; the "done in" that
+# `distlab run` printed above counts from its own start, so it is the smaller of the two.) Which
+# launch spent longest around its steps is the longest bar's grey part, on this run of this machine.
 
 # %% [markdown]
 # ## 5. Inside a node, between nodes

@@ -68,7 +68,8 @@ def count(params, keep=lambda name: True):
 one_expert = count(moe.params, lambda n: n.startswith("blocks.0.mlp.experts.0."))   # one expert, one block
 active = count(moe.params) - READER["depth"] * (EXPERTS - 1) * one_expert     # a token uses 1 expert of 4
 print(f"parameters: dense {count(dense.params):,}, with experts {count(moe.params):,}")
-print(f"parameters a token goes through: dense {count(dense.params):,}, with experts {active:,} (the routers)")
+print(f"parameters a token goes through: dense {count(dense.params):,}, with experts {active:,} "
+      f"(the dense count plus the routers' {active - count(dense.params)})")
 assert active - count(dense.params) == READER["depth"] * READER["width"] * EXPERTS
 
 # %% [markdown]
@@ -155,8 +156,8 @@ print(f"bytes that crossed ranks per step, all ranks: counted {statistics.mean(c
 # %% [markdown]
 # The formula (in `distlab/predict/traffic.py`): every kept request that leaves its rank crosses
 # four times (to its expert and back, forward and backward), a row of width 4-byte numbers each.
-# The counted bytes fall short of it where the router sent more than a capacity to one expert and
-# requests were dropped. The matrix shows each step's all-to-all: row i, the tokens rank i sent to
+# The count differs from this even-spread formula both ways: dropped requests lower it, and a router
+# that sends fewer of a rank's tokens to its own rank's experts than an even spread would raises it. The matrix shows each step's all-to-all: row i, the tokens rank i sent to
 # each rank; the diagonal never leaves its rank. Play it to watch the routing change with training.
 
 # %% tags=["nbval-ignore-output"]

@@ -107,7 +107,7 @@ def test_experts_on_other_ranks_compute_what_one_process_computes(backend, ranks
     moe = MoE(8, 16, MoEConfig(experts=experts, top_k=2, capacity_factor=1.0), groups=ranks)
     x = torch.randn(ranks * 24, 8, generator=torch.Generator().manual_seed(1)).requires_grad_()
     y = moe(x)
-    (y.square().sum() + moe.loss * ranks).backward()                   # every rank's loss, added up
+    (y.square().sum() + moe.extra_loss * ranks).backward()                   # every rank's loss, added up
     assert moe.last["dropped"] > 0                                      # the capacity is at work
     results = sorted(results, key=lambda r: r["rank"])
     assert torch.allclose(torch.cat([r["y"] for r in results]), y, atol=1e-5)

@@ -49,7 +49,7 @@ def test_the_model_checks_its_sizes_and_its_positions():
         model(torch.zeros(1, 48, 4))
     lesson = build_transformer(TransformerConfig(d_model=96, heads=4, layers=3))
     assert 200_000 < count_parameters(lesson) < 500_000                  # "a few hundred thousand"
-    assert torch.equal(build_transformer(seed=1).embed.weight, build_transformer(seed=1).embed.weight)
+    assert torch.equal(build_transformer(seed=1).embed.proj.weight, build_transformer(seed=1).embed.proj.weight)
 
 
 def test_causal_attention_sees_only_the_past():

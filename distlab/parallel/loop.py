@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from ..data import shard_indices
 from ..datasets import load_dataset
@@ -56,6 +55,7 @@ from ..long_runs.faults import maybe_fail
 from ..models import DTYPES, MODELS, build_model
 from ..processes.checks import check_int, check_positive
 from ..records import RankRecord, StepRecord
+from ..train.flops import CountFlops
 from ..train.step import make_optimizer, micro_step
 from .logbook import Logbook
 
@@ -250,9 +250,9 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
                 group["lr"] = lr_at(step)
         maybe_fail(worker, step)              # the others then wait for this rank in their next message
         if step == book.first:                # this life's first step: its FLOPs counted (the same every step)
-            with FlopCounterMode(display=False) as counter:
+            with CountFlops() as counter:
                 done = strategy.step(run, step, x, y)
-            record.flops_per_step = counter.get_total_flops()
+            record.flops_per_step = counter.total
         else:
             done = strategy.step(run, step, x, y)
         t_end = run.clock()

@@ -95,6 +95,21 @@ class MicroSteps(Strategy):
                              for n, p in self.par.params.items()}
 
 
+def describe_layout(spec: TrainSpec, sizes: dict) -> str:
+    """Lesson 12: the layout in words, for the record's ``method`` ("context 4 (ring, zigzag)", ...)."""
+    p = spec.parallel
+    what = " x ".join(f"{axis} {size}" for axis, size in sizes.items() if size > 1) or "one rank"
+    if sizes["context"] > 1:
+        what += f" ({p.attention}, {p.split})"
+    if p.sequence_parallel:
+        what += " + sequence parallel"
+    if p.use_torch:
+        what += " (PyTorch's parallelize_module)"
+    if sizes["expert"] > 1:
+        what += f" (all-to-all {p.all_to_all.replace('_', ' ')})"
+    return what
+
+
 def _record(worker, spec: TrainSpec, method: str, mesh=None) -> RankRecord:
     shares = mesh.share()[1] if mesh is not None else 1
     config = dict(spec.flat(), tokens=spec.model.digits * 16, batch_size=spec.training.global_batch_size // shares,
@@ -121,7 +136,7 @@ def train(worker, spec: TrainSpec) -> RankRecord:
     data = LineData(load_digits(), spec.model.digits, spec.data.seed, test_size=spec.data.test_lines)
     model = build(spec, worker.device)
     par = parallelize(model, worker, mesh, spec, data.x_test[:1].to(worker.device))
-    what = " x ".join(f"{axis} {size}" for axis, size in mesh.sizes.items() if size > 1) or "one rank"
+    what = describe_layout(spec, mesh.sizes)
     record = _record(worker, spec, f"transformer: {what}", mesh)
     optimizer = make_optimizer(spec.training.optimizer, par.params.values(), spec.training.lr, foreach=False)
     m = spec.parallel.micro_batches
