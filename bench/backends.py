@@ -24,7 +24,7 @@ import statistics
 import time
 
 import distlab
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 from scripts.goals import goal
 
 WORLD_SIZE = 2

@@ -16,8 +16,8 @@ import sys
 import time
 
 import distlab
-from distlab.parallel import data_parallel as dp
-from distlab.processes.checks import free_port
+from distlab.data_parallel import data_parallel as dp
+from distlab.processes.arguments import free_port
 from scripts.goals import goal
 
 PLAIN_DDP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "plain_ddp.py")

@@ -4,7 +4,7 @@
     .venv/bin/python bench/gpu_check.py --device cpu     # the same checks on CPU processes (gloo)
     .venv/bin/python bench/gpu_check.py --only data,tensor
 
-For each strategy of the registry (``distlab.parallel.registry``: what a run config can name)
+For each strategy of the registry (``distlab.parallelize.registry``: what a run config can name)
 it launches the strategy's training function through ``distlab.launch(..., device="cuda")``
 (one GPU a rank, NCCL), trains a small MLP for a few steps, and compares the parameters every
 rank ends with against ONE process training the same model on the same device at the global
@@ -55,7 +55,7 @@ MLP = dict(width=WIDTH, steps=STEPS, lr=LR)
 
 def reference(world: int, device: str, **settings):
     """Lesson 01's reference: one process training at the batch all ``world`` ranks share."""
-    from distlab.parallel import data_parallel as dp
+    from distlab.data_parallel import data_parallel as dp
 
     return dp.train_single(world_size=world, device=device, record_grads_at=(), **settings).params
 
@@ -65,19 +65,19 @@ def same_everywhere(records) -> list[dict]:
 
 
 def stages(records) -> list[dict]:
-    from distlab.parallel import pipeline
+    from distlab.pipeline import pipeline
     return [pipeline.merge_params(records)]     # each rank holds its stage's layers
 
 
 def slices(records) -> list[dict]:
-    from distlab.parallel import tensor_parallel as T
+    from distlab.tensor import tensor_parallel as T
     return [T.merge_params([r.params for r in records])]   # each rank holds its rows/columns
 
 
 def replicas(records) -> list[dict]:
     """The mesh: each data replica's ranks together hold the whole model."""
-    from distlab.parallel import pipeline
-    from distlab.parallel import tensor_parallel as T
+    from distlab.pipeline import pipeline
+    from distlab.tensor import tensor_parallel as T
     out = []
     for d in sorted({r.config["mesh"]["data"] for r in records}):
         mine = [r for r in records if r.config["mesh"]["data"] == d]
@@ -114,7 +114,7 @@ def assembled(records) -> list[dict]:
 
 
 # How each strategy is checked; the strategies themselves (name -> training function) are the
-# registry's (distlab.parallel.registry), so a strategy registered without a row here gets a MISS
+# registry's (distlab.parallelize.registry), so a strategy registered without a row here gets a MISS
 # line saying so.  Settings as in the strategy's tests (tests/test_<strategy>.py), smaller.
 SGD = dict(MLP, global_batch_size=BATCH)
 MOMENTUM = dict(SGD, optimizer="momentum")
@@ -143,13 +143,13 @@ CHECKS = {
 
 def function(name: str):
     """The training function the registry (and so a run config) names ``name``."""
-    from distlab.parallel import registry
+    from distlab.parallelize import registry
     return registry.get(name).fn
 
 
 def strategy_names() -> list[str]:
     """Every registered strategy, in the registry's order (then any check the registry lacks)."""
-    from distlab.parallel import registry
+    from distlab.parallelize import registry
     return list(registry.STRATEGIES) + [n for n in CHECKS if n not in registry.STRATEGIES]
 
 
@@ -181,7 +181,7 @@ def line(name: str, diff: float, note: str) -> str:
 def plan(name: str, device: str, most: int) -> tuple[int, str]:
     """How many ranks ``name`` runs on here (at most ``most``: the GPUs, or ``--ranks``), and a
     note on what that checks; raises ValueError if it cannot run."""
-    from distlab.processes.checks import bind_arguments
+    from distlab.processes.arguments import bind_arguments
     if name not in CHECKS:
         raise ValueError("the registry has it, but bench/gpu_check.py has no check for it: add one to CHECKS")
     full = CHECKS[name].ranks

@@ -33,7 +33,7 @@ import sys
 import distlab
 from distlab.predict import traffic
 from distlab.predict.activations import transformer_activation_bytes
-from distlab.sequence import tensor_parallel as tp
+from distlab.tensor import heads_split as tp
 from distlab.parallelize import trainer
 from distlab.sequence.transformer import TransformerConfig, build_transformer
 from scripts.goals import goal

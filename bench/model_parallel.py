@@ -29,9 +29,9 @@ import time
 
 import distlab
 from distlab.measure import ceiling
-from distlab.parallel import data_parallel as dp
-from distlab.parallel import pipeline, schedules
-from distlab.parallel import tensor_parallel as T
+from distlab.data_parallel import data_parallel as dp
+from distlab.pipeline import pipeline, schedules
+from distlab.tensor import tensor_parallel as T
 from distlab.predict import traffic
 from distlab.predict.bubbles import bubble_fraction
 from scripts.goals import goal

@@ -31,9 +31,9 @@ import tempfile
 import time
 
 import distlab
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 from distlab.processes import pool as pools
-from distlab.processes.checks import free_port
+from distlab.processes.arguments import free_port
 from distlab.processes.rank import write_job
 from distlab.processes.torch_backend import torchrun_command
 from scripts.goals import goal

@@ -29,8 +29,8 @@ examples (configs/ holds one small, commented config per strategy):
 
 
 def strategies_help() -> str:
-    """Lesson 09: the strategies a config's ``parallel.strategy`` can name, from ``parallel.registry``."""
-    from .parallel.registry import describe
+    """Lesson 09: the strategies a config's ``parallel.strategy`` can name, from ``parallelize.registry``."""
+    from .parallelize.registry import describe
 
     return "strategies (parallel.strategy):\n" + describe()
 

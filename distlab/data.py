@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .processes.checks import check_int
+from .checks import check_int
 
 DIGITS_CACHE = os.path.join(os.environ.get("DISTLAB_CACHE", os.path.expanduser("~/.cache/distlab")),
                             "sklearn-digits.pt")

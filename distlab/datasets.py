@@ -17,7 +17,7 @@ import torch
 
 from .data import Digits, load_digits
 from .distorted import DistortedDigits
-from .processes.checks import check_int
+from .checks import check_int
 
 MNIST_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
                "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}

@@ -47,7 +47,7 @@ print(doctor.this_run())    # the machine the stored numbers in this lesson come
 # The bars show each rank's progress as it happens.
 
 # %% tags=["nbval-ignore-output"]
-from distlab.parallel import data_parallel
+from distlab.data_parallel import data_parallel
 
 records = distlab.launch(data_parallel.train, world_size=2, steps=5, global_batch_size=64,
                          progress="auto")

@@ -21,7 +21,7 @@
 # %%
 import torch
 import distlab
-from distlab.parallel import data_parallel
+from distlab.data_parallel import data_parallel
 from distlab.data import load_digits, shard_indices
 from distlab.widgets.data_parallel import gradient_widget, gradients_at, partition_widget
 
@@ -79,7 +79,7 @@ for workers in (1, 2, 3, 4):
 # mini-batches must have equal size, which is why the shards are padded). If every rank starts
 # from the same parameters and applies the same averaged gradient, the copies stay identical and
 # together they take the steps of one process with batch $NB$. In code, done by hand
-# (`AllReduceEachParameter` in `distlab/parallel/gradient_sync.py`):
+# (`AllReduceEachParameter` in `distlab/data_parallel/gradient_sync.py`):
 #
 # ```python
 # loss.backward()                            # this rank's gradient, from its own B samples

@@ -32,7 +32,7 @@ import time
 import torch
 import distlab
 from distlab import doctor
-from distlab.parallel import data_parallel
+from distlab.data_parallel import data_parallel
 from distlab.processes import horovod_backend
 
 torch.set_num_threads(1)   # tiny model: one thread here leaves the other core to the workers
@@ -58,7 +58,7 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 # optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 # ```
 #
-# `distlab.parallel.data_parallel.train` does exactly this when it runs on Horovod with `method="ddp"`;
+# `distlab.data_parallel.data_parallel.train` does exactly this when it runs on Horovod with `method="ddp"`;
 # with `method="by_hand"` it calls `worker.all_reduce`, which is `hvd.allreduce` on Horovod and
 # `torch.distributed.all_reduce` on torchrun. The training code itself does not change.
 #
@@ -92,7 +92,7 @@ assert answers[0]["pid"] != answers[1]["pid"]   # two separate processes
 # %%
 command = horovod_backend.horovodrun_command(2, "runs/hvd2")
 command = ["python" if part == sys.executable else part for part in command]
-print(" ".join(command), "distlab.parallel.data_parallel:train method=ddp global_batch_size=64 steps=150")
+print(" ".join(command), "distlab.data_parallel.data_parallel:train method=ddp global_batch_size=64 steps=150")
 
 # %% [markdown]
 # ## Lesson 01's training, on both backends

@@ -21,7 +21,7 @@ import inspect
 import distlab
 from distlab.comm import collective_runs, collectives, cost_model, measure_costs
 from distlab.predict import alpha_beta
-from distlab.parallel.data_parallel import train, train_single
+from distlab.data_parallel.data_parallel import train, train_single
 from distlab.widgets import collectives as pictures, costs
 from distlab.models import build_model
 from distlab.widgets.display import show
@@ -230,7 +230,7 @@ exercises.fastest_on_cluster(answer, world_size=16, link=cluster)
 # %% [markdown]
 # ## 5. Train with your own all-reduce
 #
-# `distlab.parallel.data_parallel.train(method="by_hand", collective=...)` averages the gradients with
+# `distlab.data_parallel.data_parallel.train(method="by_hand", collective=...)` averages the gradients with
 # any of the four algorithms instead of `dist.all_reduce`. With the ring, 3 ranks at batch 16
 # (3 ranks: the layers' sizes do not divide into equal chunks) must take exactly the steps of
 # one process at batch 48 (lesson 01), up to rounding:

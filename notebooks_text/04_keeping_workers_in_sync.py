@@ -26,7 +26,7 @@
 import numpy as np
 
 import distlab
-from distlab.parallel import async_sgd, data_parallel, local_sgd
+from distlab.data_parallel import async_sgd, data_parallel, local_sgd
 from distlab.records import max_param_difference
 from distlab.widgets import timeline
 from distlab.widgets.display import show

@@ -25,7 +25,7 @@ import warnings
 from distlab.measure import large_batch, scaling, speedup
 from distlab.predict import alpha_beta, flops, traffic
 from distlab.predict import speedup as predicted
-from distlab.parallel import data_parallel
+from distlab.data_parallel import data_parallel
 from distlab.widgets import speedup as pictures
 from distlab.widgets.display import show
 
@@ -358,7 +358,7 @@ assert acc[8, "linear + warm-up"] < acc[4, "linear scaling"] - 0.2   # and warm-
 
 # %% tags=["nbval-ignore-output"]
 import distlab.processes
-from distlab.parallel import gradient_sync
+from distlab.data_parallel import gradient_sync
 
 worst, best = regime_rows("worst"), regime_rows("best")
 measured_seconds = sum(r["step_s"] * 6 for r in rows)        # the timed steps of every run
@@ -577,7 +577,7 @@ course_results.remember("05", more_data={                                       
 from distlab.course import exercises
 
 answer = ...     # <- a list of sizes
-more_data.exercise_sets_read(answer, SIZES, STEPS, BATCH)
+exercises.sets_read(answer, SIZES, STEPS, BATCH)
 
 # %% [markdown]
 # ## What to tell the insurance company

@@ -27,7 +27,8 @@ import torch
 
 import distlab
 from distlab.models import build_model, count_parameters
-from distlab.parallel import data_parallel, pipeline, schedules, stages, torch_pipeline
+from distlab.data_parallel import data_parallel
+from distlab.pipeline import pipeline, schedules, stages, torch_pipeline
 from distlab.predict import bubbles, flops
 from distlab.widgets import pipeline as pictures
 from distlab.widgets.display import show

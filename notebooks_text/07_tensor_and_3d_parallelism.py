@@ -24,7 +24,10 @@ import torch
 
 import distlab
 from distlab.models import build_model
-from distlab.parallel import data_parallel, mesh, pipeline, tensor_parallel
+from distlab.data_parallel import data_parallel
+from distlab.parallelize import mesh_3d as mesh
+from distlab.pipeline import pipeline
+from distlab.tensor import tensor_parallel
 from distlab.predict import traffic
 from distlab.widgets import mesh as pictures
 from distlab.widgets.display import show

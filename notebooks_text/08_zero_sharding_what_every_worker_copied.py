@@ -23,9 +23,10 @@ import json
 
 import distlab
 from distlab.data import load_digits
-from distlab.measure import memory_held
+from distlab.zero import memory_held
 from distlab.models import build_model, count_parameters
-from distlab.parallel import data_parallel, deepspeed_zero, fsdp, zero
+from distlab.data_parallel import data_parallel
+from distlab.zero import deepspeed_zero, fsdp, zero
 from distlab.predict import activations, memory
 from distlab.widgets import memory as pictures
 from distlab.widgets.display import show
@@ -263,7 +264,7 @@ assert abs(counted / activations.mlp_activation_bytes(32, 2048) - 1) < 0.01
 # stage by pipeline stage, next to what an even cut of the parameters would give:
 
 # %%
-from distlab.parallel import tensor_parallel
+from distlab.tensor import tensor_parallel
 
 mlp2048 = memory.layers(build_model("mlp", 2048), x[:1], tensor=tensor_parallel.SPLIT)
 print("each layer's share of the parameters:",

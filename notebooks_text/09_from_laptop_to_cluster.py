@@ -32,7 +32,7 @@ import yaml
 import distlab
 from distlab.cluster import config as run_config
 from distlab.cluster import fake_nodes, job_files, run
-from distlab.parallel import data_parallel
+from distlab.data_parallel import data_parallel
 
 WORK = tempfile.mkdtemp(prefix="distlab-lesson09-")      # this lesson's configs and run folders
 
@@ -263,7 +263,7 @@ print(f"inside / between: {NVLINK_4 / NIC_400G:.0f} x")
 #
 # Each scheduler asks the same questions (how many nodes, how many processes each, what to
 # run) in its own words, and then starts the same rank program,
-# `python -m distlab.processes.config_rank run.yaml`. From your config (as 2 nodes of 4 GPUs):
+# `python -m distlab.cluster.config_rank run.yaml`. From your config (as 2 nodes of 4 GPUs):
 
 # %%
 cluster = run_config.load(path, ["launch.nodes=2", "launch.processes_per_node=4", "launch.device=cuda"])
@@ -307,7 +307,7 @@ print(job_files.azureml(azure, config_file="run.yaml"))
 # **Vertex AI** (Google Cloud) takes a *custom job* of **worker pools**: pool 0 is the primary
 # replica (node 0, which hosts the rendezvous), pool 1 the other nodes; each names a machine
 # type, its GPUs and the container. Vertex tells each replica its place in a `CLUSTER_SPEC`
-# variable; the container's `distlab.processes.vertex_node` turns that into the torchrun line
+# variable; the container's `distlab.cluster.vertex_node` turns that into the torchrun line
 # `distlab run --node-rank` starts, whose ranks run `config_rank`. The config rides in the job
 # (`DISTLAB_RUN_CONFIG`), as in Kubernetes' ConfigMap. Here with that variable shortened:
 

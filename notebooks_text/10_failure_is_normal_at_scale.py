@@ -31,7 +31,7 @@ from distlab.long_runs import checkpoint, horovod_timeline
 from distlab.course import exercises_failure
 from distlab.cluster import run
 from distlab.cluster import config as run_config
-from distlab.parallel import data_parallel, horovod_elastic
+from distlab.data_parallel import data_parallel, horovod_elastic
 from distlab.widgets.display import show
 from distlab.widgets.horovod import timeline_figure
 from distlab.widgets.monitor import monitor
@@ -313,7 +313,7 @@ show(timeline_figure(trace))
 # It works with this Gloo build, with one catch on a single machine: Horovod blames
 # a failure on the worker's whole **host** and blacklists it, and when every host is blacklisted
 # it stops the job (Horovod 0.28.1, `runner/elastic/registration.py`). So a machine listed once
-# (`localhost:2`) cannot survive anything. `distlab.parallel.horovod_elastic` lists this machine
+# (`localhost:2`) cannot survive anything. `distlab.data_parallel.horovod_elastic` lists this machine
 # twice, as `localhost` and `127.0.0.1`, one worker each; losing one leaves the other. Its
 # mini-batches do not depend on the number of workers (each takes a slice of the same global
 # batch), so the survivor trains on the same data. The test `tests/test_horovod_elastic.py` kills

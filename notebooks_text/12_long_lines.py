@@ -23,11 +23,11 @@ import torch
 
 import distlab
 from distlab.data import load_digits
-from distlab.sequence import context_parallel as cp
+from distlab.context import context_parallel as cp
 from distlab.parallelize import trainer
 from distlab.sequence import lines
-from distlab.sequence import pytorch_context_parallel as torch_cp
-from distlab.sequence import tensor_parallel as heads_split
+from distlab.context import pytorch_context_parallel as torch_cp
+from distlab.tensor import heads_split
 from distlab.predict import traffic
 from distlab.predict.activations import transformer_activation_bytes
 from distlab.sequence.memory import SavedTensors

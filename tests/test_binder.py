@@ -309,7 +309,7 @@ def test_lesson_runs_on_binder(binder_env, lesson):
 MORE_RANKS_THAN_CORES = """
 import distlab
 from distlab.comm import collective_runs, measure_costs
-from distlab.parallel.data_parallel import train, train_single
+from distlab.data_parallel.data_parallel import train, train_single
 
 traces = collective_runs.merge_traces(distlab.launch(collective_runs.trace, world_size=4, numel=8, progress="none"))
 assert all(t["results"] == t["dist_results"] for t in traces.values()), traces

@@ -16,8 +16,11 @@ import distlab
 from distlab.long_runs import checkpoint
 from distlab.cluster import config as cfg
 from distlab.cluster import run as runs
-from distlab.parallel import (data_parallel, deepspeed_zero, fsdp, local_sgd, mesh, pipeline, registry,
-                              tensor_parallel, torch_pipeline, zero)
+from distlab.data_parallel import data_parallel, local_sgd
+from distlab.zero import deepspeed_zero, fsdp, zero
+from distlab.parallelize import mesh_3d as mesh, registry
+from distlab.pipeline import pipeline, torch_pipeline
+from distlab.tensor import tensor_parallel
 from distlab.processes.worker import Worker
 
 ADAM = dict(optimizer="adam", lr=0.01, global_batch_size=64)

@@ -47,7 +47,7 @@ def test_set_overrides_and_dry_run(tmp_path, cli_here):
     path = small(tmp_path)
     out = cli_here("run", path, "--set", "launch.processes_per_node=4", "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert "--nproc-per-node=4" in out.stdout and "distlab.processes.config_rank" in out.stdout
+    assert "--nproc-per-node=4" in out.stdout and "distlab.cluster.config_rank" in out.stdout
     check = cli_here("check", path, "--set", "training.lr=0.05")
     assert check.returncode == 0 and "lr: 0.05" in check.stdout and "valid; 2 ranks" in check.stdout
 
@@ -87,7 +87,7 @@ def test_a_failed_run_exits_1_naming_the_problem(tmp_path):
 def test_help_doctor_and_bench(cli_here):
     top = distlab_cli("--help")                                       # the module's own entry point
     assert top.returncode == 0 and all(c in top.stdout for c in ("run", "check", "job", "doctor", "bench"))
-    from distlab.parallel.registry import STRATEGIES
+    from distlab.parallelize.registry import STRATEGIES
 
     assert "configs/" in top.stdout and all(f"  {name} " in top.stdout for name in STRATEGIES)   # from the registry
     for command in ("run", "check", "job", "doctor", "bench"):

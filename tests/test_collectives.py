@@ -15,7 +15,7 @@ from distlab.comm import collectives as C
 from distlab.models import DTYPES
 from distlab.comm import cost_model as M
 from distlab.predict import alpha_beta as A
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
 pytestmark = pytest.mark.usefixtures("warm_ranks")

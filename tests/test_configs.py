@@ -14,7 +14,7 @@ import distlab
 from distlab import cli
 from distlab.cluster import config as cfg
 from distlab.cluster import run
-from distlab.parallel import registry
+from distlab.parallelize import registry
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 FILES = sorted(glob.glob(os.path.join(CONFIGS, "*.yaml")))

@@ -4,7 +4,7 @@ import torch
 from helpers import once
 
 import distlab
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 from distlab.data import load_digits
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)

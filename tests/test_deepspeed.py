@@ -15,8 +15,8 @@ from helpers import trained
 
 import distlab
 from distlab.models import build_model, count_parameters
-from distlab.parallel import deepspeed_setup
-from distlab.parallel import deepspeed_zero as D
+from distlab.zero import deepspeed_setup
+from distlab.zero import deepspeed_zero as D
 from distlab.predict import memory as M
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)

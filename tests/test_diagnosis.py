@@ -4,7 +4,7 @@ test_monitor.py; here each rule is checked on files and logs written by hand."""
 import json
 import signal
 
-from distlab.processes import diagnosis as D
+from distlab.long_runs import diagnosis as D
 
 
 def error(rank, t, kind="RuntimeError", message="boom", job=0):

@@ -24,11 +24,11 @@ from distlab.long_runs import checkpoint
 from helpers import ROOT
 
 RUNS = {   # what runs, and on which backend
-    "torchrun-data": ("torchrun", "distlab.parallel.data_parallel:train",
+    "torchrun-data": ("torchrun", "distlab.data_parallel.data_parallel:train",
                       dict(method="ddp", optimizer="adam", lr=0.01, global_batch_size=64)),
-    "horovod-data": ("horovod", "distlab.parallel.data_parallel:train",
+    "horovod-data": ("horovod", "distlab.data_parallel.data_parallel:train",
                      dict(method="ddp", optimizer="adam", lr=0.01, global_batch_size=64)),
-    "torchrun-pipeline": ("torchrun", "distlab.parallel.pipeline:train", dict(global_batch_size=64, micro_batches=2)),
+    "torchrun-pipeline": ("torchrun", "distlab.pipeline.pipeline:train", dict(global_batch_size=64, micro_batches=2)),
 }
 RUN_IDS = [pytest.param(k, marks=pytest.mark.horovod) if k.startswith("horovod") else k for k in RUNS]
 FAULT_STEP, EVERY = 12, 5

@@ -15,7 +15,7 @@ import distlab
 import horovod_workers
 import workers
 from helpers import ROOT, alive, children, launch_forever_in_subprocess, read_pids
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 from distlab import doctor
 from distlab.processes.horovod_backend import horovodrun_command
 
@@ -111,7 +111,7 @@ def test_horovodrun_in_a_terminal_runs_the_same_training(tmp_path):
     cmd = horovodrun_command(2, run_dir)
     assert cmd[:6] == ["horovodrun", "-np", "2", "--gloo", "-H", "localhost:2"]
     cmd[0] = HOROVODRUN
-    cmd += ["distlab.parallel.data_parallel:train", "method=ddp", "record_grads_at=()"]
+    cmd += ["distlab.data_parallel.data_parallel:train", "method=ddp", "record_grads_at=()"]
     cmd += [f"{k}={v}" for k, v in CONFIG.items() if k != "record_grads_at"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import distlab
-from distlab.parallel import horovod_elastic
+from distlab.data_parallel import horovod_elastic
 from test_faults import marked
 
 pytestmark = pytest.mark.horovod

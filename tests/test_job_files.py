@@ -21,7 +21,7 @@ import yaml
 
 from distlab.cluster import job_files
 from distlab.cluster.config import ConfigError, RunConfig
-from distlab.processes import vertex_node
+from distlab.cluster import vertex_node
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "registry.example/distlab:0.1"
@@ -54,7 +54,7 @@ def test_the_azureml_job_loads_with_the_official_sdk(tmp_path, backend, distribu
     assert type(job.distribution).__name__ == distribution
     assert job.distribution.process_count_per_instance == 4
     assert job.resources.instance_count == 3
-    assert job.command == "python -m distlab.processes.config_rank run.yaml"
+    assert job.command == "python -m distlab.cluster.config_rank run.yaml"
     assert job.environment.image == IMAGE
 
 
@@ -195,7 +195,7 @@ def test_the_dockerfile_copies_what_exists_and_imports_what_the_jobs_run():
     text = (ROOT / "docker" / "Dockerfile").read_text()
     copied = [line.split()[1:-1] for line in text.splitlines() if line.startswith("COPY ")]
     assert copied and all((ROOT / p).exists() for paths in copied for p in paths)
-    for module in ("distlab.processes.config_rank", "distlab.processes.vertex_node"):
+    for module in ("distlab.cluster.config_rank", "distlab.cluster.vertex_node"):
         assert module in text and (ROOT / (module.replace(".", "/") + ".py")).exists()
 
 
@@ -229,7 +229,7 @@ def test_the_vertex_job_loads_with_aiplatforms_own_types(tmp_path, nodes, device
             assert pool.machine_spec.accelerator_count == 0
         container = pool.container_spec
         assert container.image_uri == IMAGE
-        assert list(container.command) == ["python", "-m", "distlab.processes.vertex_node"]
+        assert list(container.command) == ["python", "-m", "distlab.cluster.vertex_node"]
         env = {e.name: e.value for e in container.env}
         assert RunConfig.parse(yaml.safe_load(env["DISTLAB_RUN_CONFIG"])) == c       # the whole config travels
 

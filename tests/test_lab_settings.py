@@ -22,7 +22,7 @@ from jupyterlab.commands import get_app_dir
 from jupyterlab_server.settings_utils import get_settings
 
 from helpers import ROOT
-from distlab.processes.checks import free_port
+from distlab.processes.arguments import free_port
 
 SHIPPED = Path(ROOT) / "binder" / "overrides.json"
 PLUGIN = "@jupyterlab/apputils-extension:notification"

@@ -8,7 +8,7 @@ import pytest
 
 import distlab
 from helpers import alive, children, launch_forever_in_subprocess, read_pids
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 import workers
 
 
@@ -276,7 +276,8 @@ def refused_fast(fn, match, **kwargs):
 
 
 def test_a_strategy_on_a_backend_it_cannot_use_is_refused_in_under_a_second():
-    from distlab.parallel import pipeline, zero
+    from distlab.pipeline import pipeline
+    from distlab.zero import zero
 
     took = refused_fast(pipeline.train, r"pipeline.train cannot run with backend='horovod': it runs on "
                                         r"backend='torchrun' only", backend="horovod")
@@ -287,7 +288,7 @@ def test_a_strategy_on_a_backend_it_cannot_use_is_refused_in_under_a_second():
 
 
 def test_checkpoints_and_faults_are_refused_where_the_function_would_silently_ignore_them(tmp_path):
-    from distlab.parallel import registry
+    from distlab.parallelize import registry
 
     keep = {"dir": str(tmp_path), "every": 2}
     for strategy in registry.STRATEGIES.values():
@@ -320,7 +321,8 @@ def test_a_config_that_does_not_fit_its_strategy_is_refused_by_launch(tmp_path):
     # DeepSpeed declares checkpoints (through the one loop): its config with checkpoint.every passes every check
     # launch makes before starting a rank (checkpoints and faults refused by supports: the test above)
     from distlab.cluster import config as cfg
-    from distlab.parallel import deepspeed_zero, registry
+    from distlab.zero import deepspeed_zero
+    from distlab.parallelize import registry
 
     assert "checkpoint" in deepspeed_zero.train.supports and "deepspeed" in registry.who_can("checkpoint")
     path.write_text("parallel: {strategy: deepspeed}\ncheckpoint: {every: 5}\n")

@@ -58,6 +58,45 @@ def test_no_import_cycles():
             visit(m, [m])
 
 
+DOORS = {"distlab", "distlab.cli", "distlab.doctor"}    # the public API and the commands: they use every package
+
+
+def package_of(module: str) -> str:
+    """``distlab.train.loop`` -> "train"; a module of the package root (the data, models, records) -> "core"."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (PACKAGE / parts[-1] / "__init__.py").exists() else "core"
+
+
+def test_no_import_cycle_between_packages():
+    """Issue 36: the packages are layers: the core (data, models, records); then processes, long_runs, predict,
+    comm, sequence; the engine (train); the axes (data_parallel, pipeline, tensor, context, experts, zero);
+    parallelize; then measure, cluster, course, widgets.  An import in either direction between two packages,
+    even one inside a function, would tie them into one: the check walks every import, wherever it is."""
+    graph: dict[str, set[str]] = {}
+    for path in MODULES:
+        name = module_name(path)
+        if name in DOORS:
+            continue
+        mine = package_of(name)
+        graph.setdefault(mine, set()).update(package_of(m) for m in imports(path) if m not in DOORS)
+    graph = {p: deps - {p} for p, deps in graph.items()}
+    assert not graph.get("core"), f"the core imports packages: {sorted(graph['core'])}"
+    state: dict[str, str] = {}
+
+    def visit(p, path):
+        state[p] = "open"
+        for d in sorted(graph.get(p, ())):
+            if state.get(d) == "open":
+                raise AssertionError("package cycle: " + " -> ".join(path[path.index(d):] + [d]))
+            if d not in state:
+                visit(d, path + [d])
+        state[p] = "done"
+
+    for p in sorted(graph):
+        if p not in state:
+            visit(p, [p])
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_modules_are_short_and_name_their_lesson(path):
     lines = len(path.read_text().splitlines())
@@ -66,7 +105,7 @@ def test_modules_are_short_and_name_their_lesson(path):
     assert re.search(r"[Ll]essons? \d\d", doc), f"{path.name}: its docstring does not name its lesson"
 
 
-CORE = {"__init__", "cli", "data", "datasets", "distorted", "doctor", "models", "records"}
+CORE = {"__init__", "checks", "cli", "data", "datasets", "distorted", "doctor", "models", "records"}
 
 
 def test_the_package_root_holds_only_the_core():
@@ -85,11 +124,16 @@ def test_each_package_docstring_lists_what_is_inside(package):
     assert inside <= named, f"{package.name}'s docstring does not list {sorted(inside - named)}"
 
 
+TRAINING_PACKAGES = tuple(f"distlab.{p}" for p in ("processes", "train", "data_parallel", "pipeline", "tensor",
+                                                    "context", "zero", "parallelize"))
+
+
 def test_widgets_never_import_what_trains():
     for path in (PACKAGE / "widgets").glob("*.py"):
         trains = {m for m in imports(path)
-                  if m.startswith(("distlab.parallel", "distlab.processes")) or m == "distlab.measure.scaling"}
-        trains.discard("distlab.parallel.schedules")    # schedules as plain data: nothing there trains
+                  if m.startswith(TRAINING_PACKAGES) or m in ("distlab.measure.scaling", "distlab.experts.moe",
+                                                              "distlab.experts.expert_parallel")}
+        trains.discard("distlab.pipeline.schedules")    # schedules as plain data: nothing there trains
         assert not trains, f"{path.name} imports {sorted(trains)}: widgets read records, they never train"
 
 

@@ -3,9 +3,11 @@ import pytest
 from helpers import launched, once, trained
 
 import distlab
-from distlab.parallel import data_parallel as dp
-from distlab.parallel import mesh, named_mesh, pipeline
-from distlab.parallel import tensor_parallel as T
+from distlab.data_parallel import data_parallel as dp
+from distlab.parallelize import mesh_3d as mesh
+from distlab.train import mesh as named_mesh
+from distlab.pipeline import pipeline
+from distlab.tensor import tensor_parallel as T
 from distlab.predict import traffic
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)

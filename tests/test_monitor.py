@@ -131,7 +131,7 @@ def test_a_restarted_run_goes_back_to_its_checkpoint_and_finishes(tmp_path):
 def test_a_straggler_is_named_although_it_is_never_a_step_behind():
     """Synchronous ranks wait for each other in every all-reduce: the slow one shows in its compute time."""
     import distlab
-    from distlab.parallel import data_parallel
+    from distlab.data_parallel import data_parallel
     from distlab.processes import pool
 
     distlab.launch(data_parallel.train, world_size=2, steps=20, global_batch_size=64, method="by_hand",

@@ -23,7 +23,7 @@ from distlab.cluster import config as cfg
 from distlab.cluster import run
 from distlab.long_runs.horovod_timeline import load_events, phase_totals, read_ready, read_timeline, rounds
 from distlab.long_runs.metrics import metrics_path
-from distlab.parallel import data_parallel
+from distlab.data_parallel import data_parallel
 from distlab.processes import pool as pools
 from distlab.processes.rank import job_dir
 

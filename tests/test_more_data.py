@@ -89,7 +89,9 @@ def test_time_to_accuracy_times_real_data_parallel_runs_on_one_and_two_ranks():
 
 
 def test_the_exercise_checks_both_ways(capsys):
-    assert more_data.exercise_sets_read(..., (300, 1_438, 100_000), 100, 64) is None
-    assert more_data.exercise_sets_read([1_438, 300], (300, 1_438, 100_000), 100, 64) is True
-    assert more_data.exercise_sets_read([300, 1_438, 100_000], (300, 1_438, 100_000), 100, 64) is False
+    from distlab.course.exercises import sets_read
+
+    assert sets_read(..., (300, 1_438, 100_000), 100, 64) is None
+    assert sets_read([1_438, 300], (300, 1_438, 100_000), 100, 64) is True
+    assert sets_read([300, 1_438, 100_000], (300, 1_438, 100_000), 100, 64) is False
     assert "need more than 100 x 64 visits" in capsys.readouterr().out

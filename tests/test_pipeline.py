@@ -15,9 +15,9 @@ from helpers import once, trained
 
 import distlab
 from distlab.models import build_model
-from distlab.parallel import data_parallel as dp
-from distlab.parallel import pipeline, schedules, stages
-from distlab.parallel.schedules import Op
+from distlab.data_parallel import data_parallel as dp
+from distlab.pipeline import pipeline, schedules, stages
+from distlab.pipeline.schedules import Op
 from distlab.predict import bubbles, traffic
 from distlab.predict.flops import layer_costs
 

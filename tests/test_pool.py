@@ -13,7 +13,7 @@ import pytest
 
 import distlab
 import workers
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 from distlab.processes import pool as pools
 from helpers import ROOT, alive, children
 

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from distlab.models import build_model, count_parameters
-from distlab.parallel import schedules, stages
-from distlab.parallel import tensor_parallel as mlp_tp
+from distlab.pipeline import schedules, stages
+from distlab.tensor import tensor_parallel as mlp_tp
 from distlab.predict import alpha_beta, bubbles, flops, memory, stage_cut, traffic
 
 SAMPLE = torch.zeros(1, 1, 8, 8)
@@ -101,7 +101,7 @@ def test_a_tensor_rank_holds_the_real_slices_and_the_rest_whole():
 def test_lesson_12s_tensor_and_lesson_13s_expert_ranks_hold_what_the_model_says():
     from distlab.experts.expert_parallel import ExpertParallelMoE
     from distlab.experts.moe import MoEConfig, add_experts
-    from distlab.sequence import tensor_parallel as heads
+    from distlab.tensor import heads_split as heads
     from distlab.sequence.transformer import TransformerConfig, build_transformer
 
     cfg = TransformerConfig(d_model=32, heads=4, layers=2)

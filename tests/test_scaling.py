@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import distlab
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 from distlab.measure import large_batch, scaling, speedup
 from distlab.predict import flops, traffic
 from distlab.predict import speedup as predicted

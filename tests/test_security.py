@@ -23,7 +23,7 @@ import workers
 from helpers import ROOT, children
 from distlab.cluster import config as cfg
 from distlab.processes import pool
-from distlab.processes.checks import free_port
+from distlab.processes.arguments import free_port
 
 LOOPBACK = "127.0.0.1"
 SAMPLE_EVERY = 0.2   # seconds between two looks at the job's sockets

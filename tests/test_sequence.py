@@ -141,7 +141,7 @@ def test_heads_split_across_ranks_train_like_one_process(backend, ranks, sp, war
     sets): after 20 Adam steps every parameter equals one process's within 1e-5."""
     import distlab
     from distlab.predict import traffic
-    from distlab.sequence import tensor_parallel
+    from distlab.tensor import heads_split as tensor_parallel
 
     records = tp_run(backend, ranks, sp)
     merged = tensor_parallel.merge_params([r.params for r in records])
@@ -205,7 +205,7 @@ def cp_run(name: str, **settings):
 def check_equals_one_process(records, reference, name: str) -> None:
     """Every tensor group's slices, merged, equal the one-process reference within 1e-5."""
     import distlab
-    from distlab.sequence import tensor_parallel
+    from distlab.tensor import heads_split as tensor_parallel
 
     tensor = (records[0].config["mesh"] or {}).get("tensor", 1)
     for first in range(0, len(records), tensor):
@@ -370,7 +370,7 @@ def test_pytorchs_own_context_parallel_is_tried_for_real(warm_ranks):
     ring has no rule for the CPU attention kernel: the exact error is what the lesson shows.  Where it
     runs (a GPU, or a later PyTorch), it must equal attention on the whole line."""
     import distlab
-    from distlab.sequence import pytorch_context_parallel as P
+    from distlab.context import pytorch_context_parallel as P
 
     results = distlab.launch(P.attempt, 2, progress="none", causal=True)
     for r in results:

@@ -7,7 +7,7 @@ import time
 import urllib.request
 
 from helpers import ROOT
-from distlab.processes.checks import free_port
+from distlab.processes.arguments import free_port
 
 
 def test_make_lab_headless_serves_the_course():

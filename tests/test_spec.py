@@ -7,7 +7,7 @@ import pytest
 
 import distlab
 from distlab.cluster import config as cfg
-from distlab.parallel import registry
+from distlab.parallelize import registry
 from distlab.parallelize import trainer
 from distlab.train.spec import SECTIONS, TrainSpec, flat_names
 

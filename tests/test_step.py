@@ -8,7 +8,7 @@ import torch
 import distlab
 from distlab.experts.moe import MoEConfig, add_experts
 from distlab.models import build_model
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 from distlab.sequence.transformer import TransformerConfig, build_transformer, line_loss
 from distlab.train import step as S
 

@@ -10,8 +10,8 @@ import pytest
 from helpers import launched
 
 import distlab
-from distlab.parallel import async_sgd, local_sgd
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import async_sgd, local_sgd
+from distlab.data_parallel import data_parallel as dp
 from distlab.data import load_digits, shard_indices
 from distlab.records import max_param_difference
 from distlab.widgets import timeline as tl

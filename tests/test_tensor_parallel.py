@@ -12,8 +12,8 @@ from helpers import once, trained
 
 import distlab
 from distlab.models import build_model
-from distlab.parallel import data_parallel as dp
-from distlab.parallel import tensor_parallel as T
+from distlab.data_parallel import data_parallel as dp
+from distlab.tensor import tensor_parallel as T
 from distlab.predict import traffic
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)

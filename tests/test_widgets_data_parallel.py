@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import launched, once
 
-from distlab.parallel import data_parallel as dp
+from distlab.data_parallel import data_parallel as dp
 from distlab.data import load_digits, shard_indices
 from distlab.widgets import data_parallel as w
 

@@ -23,7 +23,7 @@ WIDGETS = Path(ROOT) / "distlab" / "widgets"
 MODULES = sorted(WIDGETS.glob("*.py"))
 # what a widget may read: records and the data they describe, and pure analysis of them
 ALLOWED = {"distlab.records", "distlab.data", "distlab.models", "distlab.comm.cost_model",
-           "distlab.measure.speedup", "distlab.parallel.schedules",   # schedules: plain data, nothing trains
+           "distlab.measure.speedup", "distlab.pipeline.schedules",   # schedules: plain data, nothing trains
            "distlab.predict",                                          # formulas only
            "distlab.experts.measure",               # reads the experts' records; its bytes formula is arithmetic
            "distlab.long_runs.monitor",             # reads the metrics files ranks write: records on disk
@@ -65,7 +65,7 @@ def test_the_import_check_catches_what_it_should(tmp_path):
                    "import distlab.processes.launcher\nfrom ..measure.speedup import speedups\n")
     wrong = sorted(n for n in distlab_imports(bad) if not allowed(n))
     assert wrong == ["distlab.comm.collectives", "distlab.launch", "distlab.measure.scaling",
-                     "distlab.parallel.async_sgd", "distlab.processes.launcher"]
+                     "distlab.data_parallel.async_sgd", "distlab.processes.launcher"]
 
 
 def test_one_palette_every_colour_is_named_in_display():

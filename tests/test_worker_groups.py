@@ -100,7 +100,7 @@ def test_each_collective_in_a_group_does_what_the_arithmetic_says(backend):
 
 def skip_in_tensor_group(worker):
     """Rank 1 never joins its tensor group's all-reduce (a 2 data x 2 tensor mesh)."""
-    from distlab.parallel.named_mesh import Mesh
+    from distlab.train.mesh import Mesh
 
     mesh = Mesh(worker, data=2, tensor=2)
     if worker.rank != 1:

@@ -9,10 +9,10 @@ import torch
 from helpers import once, trained
 
 import distlab
-from distlab.measure import memory_held
+from distlab.zero import memory_held
 from distlab.models import build_model, count_parameters
-from distlab.parallel import data_parallel as dp
-from distlab.parallel import zero
+from distlab.data_parallel import data_parallel as dp
+from distlab.zero import zero
 from distlab.predict import memory as M
 from distlab.predict.activations import mlp_activation_bytes
 

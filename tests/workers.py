@@ -103,12 +103,20 @@ def global_state(worker):
             "dtype": str(torch.get_default_dtype()), "cores": sorted(os.sched_getaffinity(0))}
 
 
+# the training modules a case names, by their short name (the package of each axis holds them)
+TRAINING_MODULES = {
+    "data_parallel": "distlab.data_parallel.data_parallel", "local_sgd": "distlab.data_parallel.local_sgd",
+    "pipeline": "distlab.pipeline.pipeline", "torch_pipeline": "distlab.pipeline.torch_pipeline",
+    "tensor_parallel": "distlab.tensor.tensor_parallel", "mesh": "distlab.parallelize.mesh_3d",
+    "zero": "distlab.zero.zero", "fsdp": "distlab.zero.fsdp", "deepspeed_zero": "distlab.zero.deepspeed_zero"}
+
+
 def trainings(worker, cases):
     """Several training jobs in one launch: ``{name: record}`` for ``cases = {name: (module, kwargs)}``,
-    each ``distlab.parallel.<module>.train(worker, **kwargs)`` (pipeline, tensor_parallel, ...)."""
+    each ``<module>.train(worker, **kwargs)`` (``TRAINING_MODULES``: pipeline, tensor_parallel, ...)."""
     import importlib
 
-    return {name: importlib.import_module(f"distlab.parallel.{module}").train(worker, **kwargs)
+    return {name: importlib.import_module(TRAINING_MODULES[module]).train(worker, **kwargs)
             for name, (module, kwargs) in cases.items()}
 
 

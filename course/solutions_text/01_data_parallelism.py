@@ -11,7 +11,7 @@ import torch
 import distlab
 from distlab.course import exercises
 from distlab.data import load_digits
-from distlab.parallel import data_parallel
+from distlab.data_parallel import data_parallel
 
 digits = load_digits()
 N = 2

@@ -7,7 +7,7 @@
 # %% tags=["nbval-ignore-output"]
 import distlab
 from distlab.course import exercises
-from distlab.parallel import local_sgd
+from distlab.data_parallel import local_sgd
 
 SETUP = dict(model="mlp", width=64, batch_size=32, lr=0.3, seed=0)
 run = distlab.launch(local_sgd.train, world_size=2, k=16, average="parameters", steps=64,

@@ -10,7 +10,6 @@
 import distlab
 from distlab.course import exercises
 from distlab.comm import cost_model, measure_costs
-from distlab.measure import more_data
 from distlab.predict import traffic
 
 idle = distlab.launch(measure_costs.measure, world_size=2, sizes=(1_000,), repeats=3, algorithms=("ring",),
@@ -39,4 +38,4 @@ assert exercises.allreduce_on_eight(answer, n_bytes, messages=6, alpha=alpha, be
 STEPS, BATCH, SIZES = 100, 64, (300, 1_438, 100_000)     # the lesson's settings
 answer = [n for n in SIZES if n <= STEPS * BATCH]
 
-assert more_data.exercise_sets_read(answer, SIZES, STEPS, BATCH)
+assert exercises.sets_read(answer, SIZES, STEPS, BATCH)

@@ -7,7 +7,7 @@
 # %%
 import distlab
 from distlab.course import exercises
-from distlab.parallel import pipeline, schedules
+from distlab.pipeline import pipeline, schedules
 
 # %% [markdown]
 # **1. The bubble of 4 stages and 8 micro-batches.** Each stage works 8 passes' worth and

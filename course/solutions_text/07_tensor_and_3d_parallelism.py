@@ -8,7 +8,8 @@
 import distlab
 from distlab.course import exercises
 from distlab.models import build_model, count_parameters
-from distlab.parallel import mesh, tensor_parallel
+from distlab.parallelize import mesh_3d as mesh
+from distlab.tensor import tensor_parallel
 
 # %% [markdown]
 # **1. Bytes per step of the split block.** One all-reduce of the block's output forward and one

@@ -8,7 +8,7 @@
 import distlab
 from distlab.course import exercises
 from distlab.models import build_model, count_parameters
-from distlab.parallel import zero
+from distlab.zero import zero
 from distlab.predict import memory
 
 # %% [markdown]

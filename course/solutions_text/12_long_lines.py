@@ -8,7 +8,7 @@
 # %%
 import distlab
 from distlab.course import exercises_long_lines
-from distlab.sequence import context_parallel as cp
+from distlab.context import context_parallel as cp
 from distlab.parallelize import trainer
 
 SMALL = dict(width=64, heads=4, depth=4, digits=4, global_batch_size=8, steps=1, data=1, tensor=-1)   # 64 tokens

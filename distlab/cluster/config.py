@@ -25,7 +25,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .config_sections import Data, Model, Parallel, Section, Training
 from .config_text import ConfigError, apply_override, dump_toml, explain
-from ..parallel import registry
+from ..parallelize import registry
 
 # REGISTRY/PATH:TAG or REGISTRY/PATH@sha256:DIGEST (lesson 09: what a cluster can pull)
 IMAGE = re.compile(r"^[a-z0-9][a-z0-9.:-]*/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]*|@sha256:[0-9a-f]{64})$")
@@ -138,7 +138,7 @@ class RunConfig(Section):
 
     def check_call(self) -> None:
         """Lesson 09: every check ``distlab.launch`` makes before starting a rank (``distlab check``, ``run``)."""
-        from ..processes.checks import bind_arguments
+        from ..processes.arguments import bind_arguments
         from ..processes.devices import choose_device
 
         fn, kwargs = self.call()
@@ -209,7 +209,7 @@ class RunConfig(Section):
 def from_launch(fn, world_size: int, **kwargs) -> RunConfig:
     """Lesson 09: the config of a notebook's ``distlab.launch(fn, world_size, **kwargs)`` call.
 
-    Only runs a config can describe: the strategies of ``parallel.registry``, read backwards.
+    Only runs a config can describe: the strategies of ``parallelize.registry``, read backwards.
     Lets every lesson's run be saved as a file (``from_launch(...).save("run.yaml")``) and
     started again from a terminal.
     """
@@ -231,6 +231,38 @@ def from_launch(fn, world_size: int, **kwargs) -> RunConfig:
         section[sec][name] = val * where[key].divisor(world_size) if where[key].per else val
     section["launch"] = dict(launch, processes_per_node=world_size)
     return RunConfig.parse(section, source=f"launch({fn.__name__})")
+
+
+def is_run_config(fn) -> bool:
+    """Lesson 09: ``launch``'s first argument is a run config (or its file), not a function."""
+    return isinstance(fn, RunConfig) or (isinstance(fn, (str, os.PathLike))
+                                         and str(fn).endswith((".yaml", ".yml", ".toml")))
+
+
+# what distlab.launch takes for itself rather than for the training function
+LAUNCH_KEYS = ("port", "threads", "progress", "title", "bind_cores", "warm", "checkpoint", "fault", "tensorboard")
+
+
+def launch_arguments(config, world_size, kwargs: dict) -> tuple:
+    """Lesson 09: what ``distlab.launch(config, **kwargs)`` runs: the config's training call on its ranks, as
+    ``processes.launcher.launch``'s ``(fn, world_size, keyword arguments)``.  Keyword arguments other than
+    the launcher's own override the config's training settings (a spec strategy's, key for key)."""
+    if not isinstance(config, RunConfig):
+        config = load(os.fspath(config))
+    if config.launch.nodes != 1:
+        raise ValueError(f"this config runs on {config.launch.nodes} nodes; a notebook launches on one: "
+                         "start `distlab run CONFIG --node-rank N` on each node instead")
+    if world_size is not None and world_size != config.launch.world_size:
+        raise ValueError(f"world_size={world_size}, but the config says {config.launch.world_size} ranks: "
+                         "change launch.processes_per_node in the config instead")
+    fn, settings = config.call()
+    launcher = {k: v for k, v in kwargs.items() if k in LAUNCH_KEYS}
+    training = {k: v for k, v in kwargs.items() if k not in LAUNCH_KEYS}
+    if "spec" in settings and training:
+        settings, training = {"spec": settings["spec"].replace(**training)}, {}
+    return fn, config.launch.world_size, dict(backend=config.launch.backend, device=config.launch.device,
+                                              timeout=config.launch.timeout, run_options=config.options(),
+                                              **launcher, **settings, **training)
 
 
 def load(path: str, overrides: list[str] | None = None) -> RunConfig:

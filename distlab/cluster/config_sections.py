@@ -12,8 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..datasets import check_dataset
-from ..parallel import registry
-from ..parallel.schedules import SCHEDULES
+from ..parallelize import registry
+from ..pipeline.schedules import SCHEDULES
 
 
 class Section(BaseModel):
@@ -64,7 +64,7 @@ class Training(Section):
 
 class Parallel(Section):
     strategy: Literal[tuple(registry.STRATEGIES)] = Field(  # type: ignore[valid-type]  (the registry's names)
-        "data", description="the training function (distlab.parallel.registry): " + ", ".join(registry.STRATEGIES))
+        "data", description="the training function (distlab.parallelize.registry): " + ", ".join(registry.STRATEGIES))
     method: Literal["by_hand", "fused", "ddp"] = Field(
         "ddp", description="how data parallelism averages gradients (strategy data): by hand, fused into one "
                            "buffer, or the backend's own (DDP on torchrun, DistributedOptimizer on horovod)")
@@ -94,7 +94,7 @@ class Parallel(Section):
             raise ValueError("a mesh axis is 1 or more ranks, or -1 for the ranks the other axes leave")
         return size
     micro_batches: int = Field(1, ge=1, description="micro-batches per step (pipeline, torch_pipeline and 3d)")
-    schedule: Literal[tuple(SCHEDULES)] = Field(  # type: ignore[valid-type]  (parallel/schedules.py's names)
+    schedule: Literal[tuple(SCHEDULES)] = Field(  # type: ignore[valid-type]  (pipeline/schedules.py's names)
         "gpipe", description="the pipeline schedule: " + ", ".join(SCHEDULES))
     chunks: int = Field(1, ge=1, description="model chunks per rank (strategy pipeline, schedule interleaved: 2+)")
     local_steps: int = Field(4, ge=1, description="strategy local_sgd: steps between all-reduces (its k)")

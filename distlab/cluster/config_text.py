@@ -4,11 +4,11 @@ Lesson 09 (``config.py`` holds the schema; this module, what turns it into text 
 """
 from __future__ import annotations
 
-import ast
 import json
 
-import yaml
 from pydantic import BaseModel, ValidationError
+
+from ..processes.arguments import parse_assignment
 
 
 class ConfigError(ValueError):
@@ -41,34 +41,11 @@ def _section(schema, loc):
     return model
 
 
-def parse_value(text: str):
-    """A value typed in a terminal: a Python literal (``1e-3``, ``()``, ``None``), else YAML (``true``,
-    ``null``, ``[a, b]``), else the word itself (``ddp``).  Python first: YAML reads ``1e-3`` as text."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        pass
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def parse_assignment(item: str, form: str = "section.key=value",
-                     example: str = "training.lr=0.05") -> tuple[list[str], object]:
-    """Lessons 02 and 09: ``a.b=value`` as (``["a", "b"]``, the value).  The one ``key=value`` parser:
-    ``--set`` overrides of a run config and the arguments of a job started from a terminal."""
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"{item!r}: write it as {form}, e.g. {example}")
-    return key.strip().split("."), parse_value(value)
-
-
 def apply_override(data: dict, item: str) -> None:
     """``training.lr=0.05``: set one value in the nested ``data`` (lesson 09's ``--set``)."""
     try:
         parts, value = parse_assignment(item)
-    except ConfigError as err:
+    except ValueError as err:
         raise ConfigError(f"--set {err}") from None
     node = data
     for part in parts[:-1]:
@@ -76,17 +53,6 @@ def apply_override(data: dict, item: str) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"--set {item!r}: {part} is not a section")
     node[parts[-1]] = value
-
-
-def parse_kwargs(pairs: list[str]) -> dict:
-    """Lesson 02: ``["steps=50", "method=ddp"]`` as ``{"steps": 50, "method": "ddp"}`` (a terminal's job)."""
-    kwargs = {}
-    for pair in pairs:
-        parts, value = parse_assignment(pair, form="key=value", example="steps=50")
-        if len(parts) != 1:
-            raise ConfigError(f"{pair!r}: a function's argument has no sections (no dots before the =)")
-        kwargs[parts[0]] = value
-    return kwargs
 
 
 def dump_toml(data: dict) -> str:

@@ -3,7 +3,7 @@ a Vertex AI custom job.
 
 Introduced in lesson 09.  Each scheduler asks the same questions in its own words (how many
 nodes, how many processes on each, what to run, what each node needs) and then starts the
-same rank program, ``python -m distlab.processes.config_rank CONFIG``:
+same rank program, ``python -m distlab.cluster.config_rank CONFIG``:
 
 * **Azure ML** starts the processes itself: ``distribution: pytorch`` with
   ``process_count_per_instance`` (processes per node) and ``resources.instance_count`` (nodes);
@@ -16,7 +16,7 @@ same rank program, ``python -m distlab.processes.config_rank CONFIG``:
   and rendezvous address through ``PET_*`` variables.  The config travels as a ConfigMap.
 * **Vertex AI** (Google Cloud): a custom job's worker pools, pool 0 the primary replica (one node),
   pool 1 the other nodes, each with a machine type, accelerators and a container.  Vertex tells
-  each replica its place in ``CLUSTER_SPEC``; ``processes/vertex_node.py`` turns that into the
+  each replica its place in ``CLUSTER_SPEC``; ``cluster/vertex_node.py`` turns that into the
   same torchrun line ``distlab run --node-rank`` starts.  The config travels in the job itself.
 
 The three container clouds pull an **image**: ``launch.image``, REGISTRY/distlab:TAG, built from
@@ -35,7 +35,7 @@ import yaml
 
 from .config import ConfigError, RunConfig
 
-RANK_PROGRAM = "distlab.processes.config_rank"
+RANK_PROGRAM = "distlab.cluster.config_rank"
 SUBMIT = {"azureml": "az ml job create --file {path}", "slurm": "sbatch {path}", "k8s": "kubectl apply -f {path}",
           "vertex": "gcloud ai custom-jobs create --region=REGION --display-name={name} --config={path}"}
 
@@ -197,7 +197,7 @@ def vertex(config: RunConfig, config_file: str = "run.yaml", machine_type: str |
         raise ConfigError("distlab job vertex starts torchrun on every replica; horovodrun would need ssh between "
                           "them: use launch.backend torchrun")
     container = {"imageUri": image(config, "vertex"),
-                 "command": ["python", "-m", "distlab.processes.vertex_node"],
+                 "command": ["python", "-m", "distlab.cluster.vertex_node"],
                  "env": [{"name": "DISTLAB_RUN_CONFIG", "value": yaml.safe_dump(config.model_dump(), sort_keys=False)},
                          {"name": "OMP_NUM_THREADS", "value": "1"}]}
     machine = vertex_machine(config, machine_type, accelerator_type)

@@ -4,7 +4,7 @@ Introduced in lesson 09 (from laptop to cluster).  A notebook's ``distlab.launch
 ranks and draws widgets; a cluster has neither, and starts jobs with the engines built for it.
 So this module does not launch anything of its own: it saves the config (``--set`` overrides
 applied) into the run's folder and hands it to **torchrun** (``python -m torch.distributed.run``)
-or **horovodrun**, whose ranks each run ``processes/config_rank.py`` on it: read the config, join
+or **horovodrun**, whose ranks each run ``cluster/config_rank.py`` on it: read the config, join
 the job, train, save the record.  Every scheduler (SLURM, Azure ML, Kubernetes: ``job_files``)
 starts the same rank program.  While the ranks train this shows a progress line for the ranks on
 this node; afterwards it reads their records and prints what they reached.
@@ -29,7 +29,7 @@ import time
 import psutil
 
 from .config import ConfigError, RunConfig
-from ..processes import diagnosis
+from ..long_runs import diagnosis
 from ..processes.progress import ProgressReader, describe
 
 
@@ -56,7 +56,7 @@ def interface_of(address: str) -> str | None:
 def torchrun_command(config: RunConfig, node_rank: int = 0) -> tuple[list[str], dict]:
     """Lesson 09: the torchrun line (and environment) that runs ``config`` on node ``node_rank``."""
     launch = config.launch
-    entry = ["-m", "distlab.processes.config_rank", config_path(config)]
+    entry = ["-m", "distlab.cluster.config_rank", config_path(config)]
     base = [sys.executable, "-m", "torch.distributed.run"]
     if launch.nodes == 1:                      # torchrun whose store listens on 127.0.0.1 only (lesson 10)
         base = [sys.executable, "-m", "distlab.processes.torchrun_local"]
@@ -116,7 +116,7 @@ def horovodrun_command(config: RunConfig) -> tuple[list[str], dict]:
         if launch.ssh_identity_file:
             ssh += ["--ssh-identity-file", launch.ssh_identity_file]
     cmd = [*horovodrun, "-np", str(launch.world_size), "--gloo", "-H", hosts, "--network-interfaces", interface,
-           *ssh, sys.executable, "-m", "distlab.processes.config_rank", config_path(config)]
+           *ssh, sys.executable, "-m", "distlab.cluster.config_rank", config_path(config)]
     return cmd, {}
 
 

@@ -8,7 +8,7 @@ values come from the functions the lesson's ranks are checked against, never typ
 from __future__ import annotations
 
 from ..predict import traffic
-from ..sequence import context_parallel
+from ..context import context_parallel
 from .exercises import check
 
 

@@ -118,7 +118,7 @@ def pipeline_schedule(answer, stages: int = 4, micro_batches: int = 8) -> bool |
 
     The answer is read from lesson 06's own schedules, simulated: the idle share of each, and the
     micro-batches whose activations stage 0 holds at once."""
-    from ..parallel import schedules
+    from ..pipeline import schedules
 
     runs = {name: schedules.schedule(name, stages, micro_batches) for name in ("gpipe", "1f1b")}
     idle = {name: schedules.bubble(schedules.simulate(ops)) for name, ops in runs.items()}
@@ -196,7 +196,7 @@ def zero2_bytes_per_parameter(answer, world_size: int = 8) -> bool | None:
 def per_rank_batch_from_config(answer, nodes: int = 2, processes_per_node: int = 4,
                                global_batch_size: int = 96) -> bool | None:
     """Lesson 11 (lesson 09): samples per rank and step for a config's launch and training sections."""
-    from ..parallel.data_parallel import per_rank_batch
+    from ..data_parallel.data_parallel import per_rank_batch
 
     world = nodes * processes_per_node
     expected = per_rank_batch(world, None, global_batch_size)

@@ -29,7 +29,7 @@ import time
 import torch
 from torch import nn
 
-from ..parallel.tensor_parallel import Traffic
+from ..tensor.tensor_parallel import Traffic
 from ..train.reduce import mark
 from .moe import MoE, aux_loss, route, z_loss
 

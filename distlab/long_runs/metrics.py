@@ -85,3 +85,48 @@ class MetricsLog:
 def _number(x):
     """JSON has no NaN: a loss that is not known on this rank is written as null."""
     return None if x is None or x != x else float(x)
+
+
+class JsonLines:
+    """Lessons 01 and 10: the whole lines a rank appended to its JSON-lines file since the last read.
+
+    The one reader of both streams the ranks write (``progress_<rank>.jsonl``, read by
+    ``processes.progress``, and the metrics files here, read by ``monitor``), from another process
+    and while the rank writes:
+
+    - a line still being written waits for the next read;
+    - a file shorter than what was read was started again (a new run in the same folder):
+      reading starts over and ``started_again`` says so, until the next read;
+    - a rank killed mid-line leaves half an object, and its next life appends to it: the last whole
+      object on such a line is kept, and a line with none is skipped.
+    """
+
+    def __init__(self, path: str):
+        self.path, self.offset, self.started_again = path, 0, False
+
+    def read(self) -> list[dict]:
+        self.started_again = False
+        try:
+            with open(self.path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < self.offset:
+                    self.offset, self.started_again = 0, True
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return [d for raw in complete.decode(errors="replace").splitlines() if (d := _whole(raw)) is not None]
+
+
+def _whole(raw: str) -> dict | None:
+    """One line as a dict, or else the longest tail of it that is a whole object (see ``JsonLines``)."""
+    starts = [i for i, c in enumerate(raw) if c == "{"]
+    for i in starts:
+        try:
+            found = json.loads(raw[i:])
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            return found
+    return None

@@ -24,8 +24,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..processes import diagnosis
-from ..processes.progress import JsonLines
+from . import diagnosis
+from .metrics import JsonLines
 
 STALL_SECONDS = 30.0      # no line for this long from a rank that is running: call it stalled
 WINDOW = 5                # throughput over the last WINDOW steps

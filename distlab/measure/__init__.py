@@ -5,5 +5,4 @@
 - ``large_batch``  what a larger global batch does to accuracy, and the learning-rate rules
 - ``ceiling``      how much faster N ranks compute at all here, with no communication (lesson 06)
 - ``more_data``    more data, more accuracy: the company's question, answered on real ranks (lesson 05)
-- ``memory_held``  what a rank really holds, counted tensor by tensor (lesson 08)
 """

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import torch
 
 from ..data import load_digits, steps_per_epoch
-from ..parallel.data_parallel import train_single
+from ..data_parallel.data_parallel import train_single
 
 
 @contextmanager

@@ -38,7 +38,7 @@ def accuracy_vs_samples(sizes=SIZES, seeds=(0, 1, 2), models=("mlp", "cnn"), *, 
 
     import torch
 
-    from ..parallel import data_parallel
+    from ..data_parallel import data_parallel
 
     widths = {"mlp": 64, "cnn": 16, **(widths or {})}
     for n in sizes:
@@ -116,7 +116,7 @@ def time_to_accuracy(target: float = 0.95, world_sizes=(1, 2), *, model: str = "
     measured when its trainings ran.
     """
     from ..processes.launcher import launch
-    from ..parallel import data_parallel
+    from ..data_parallel import data_parallel
     from .ceiling import compute_alone
 
     if not 0 < target < 1:
@@ -173,16 +173,3 @@ def speed_verdict(ratios: list[float], ceiling: float | None = None) -> str:
     if ceiling is not None:
         text += f"; the probe says two ranks can compute {ceiling:.2f}x as much as one here"
     return text
-
-
-def exercise_sets_read(answer, sizes, steps: int, batch: int) -> bool | None:
-    """Lesson 05 exercise: which sizes does a training of ``steps`` steps of ``batch`` samples read completely?"""
-    from ..course.exercises import check
-
-    if isinstance(answer, (list, tuple, set)):
-        answer = sorted(answer)
-    expected = [n for n in sizes if n <= steps * batch]
-    return check("sets read to the end", answer, expected,
-                 hints=[(sorted(sizes), f"{max(sizes):,} samples need more than {steps} x {batch} visits"),
-                        ([min(sizes)], "count the samples visited: steps x batch")],
-                 otherwise="a set of n samples is read completely when n <= steps x batch")

@@ -25,7 +25,7 @@ import warnings
 
 import torch
 
-from ..parallel.data_parallel import train
+from ..data_parallel.data_parallel import train
 
 TRAINING = dict(lr=0.01, record_grads_at=())   # timing only: a small step, no gradients kept
 
@@ -36,7 +36,8 @@ TRAINING = dict(lr=0.01, record_grads_at=())   # timing only: a small step, no g
 def check_configs(world_size: int, *, configs, steps: int, skip: int, repeats: int, method: str,
                   dtype: str) -> None:
     """Fail before any process starts: every configuration must be a valid training job."""
-    from ..processes.checks import bind_arguments, check_int
+    from ..processes.arguments import bind_arguments
+    from ..checks import check_int
 
     if not configs:
         raise ValueError("configs is empty: give at least one dict(model=..., width=..., ...)")
@@ -138,7 +139,7 @@ def side_by_side(worker, *, config: dict, steps: int = 16, skip: int = 2, blocks
     lone way the share of a core the busiest waiting rank used meanwhile (``*_waiting_cpu``,
     near 0 if the waiting really is idle).
     """
-    from ..parallel.data_parallel import train_single
+    from ..data_parallel.data_parallel import train_single
     from ..processes.cores import set_cores
 
     n = worker.world_size

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from ..experts.expert_parallel import HOW, check_experts
 from ..experts.moe import MoEConfig
-from ..parallel import schedules
-from ..parallel.named_mesh import check_mesh
-from ..processes.checks import check_int, check_positive
-from ..sequence import context_parallel as cp
-from ..sequence import tensor_parallel as tp
+from ..pipeline import schedules
+from ..train.mesh import check_mesh
+from ..checks import check_int, check_positive
+from ..context import context_parallel as cp
+from ..tensor import heads_split as tp
+from ..tensor.sequence_parallel import check_split
 from ..sequence.transformer import TransformerConfig
 from ..train.reduce import METHODS
 from ..train.spec import TrainSpec
@@ -53,7 +54,7 @@ def check(world_size: int, spec: TrainSpec, backend: str = "torchrun", device: s
         if p.attention not in cp.ATTENTION:
             raise ValueError(f"unknown context-parallel attention {p.attention!r}; "
                              f"use one of {', '.join(cp.ATTENTION)}")
-        cp.check_split(tokens, sizes["context"], p.split)
+        check_split(tokens, sizes["context"], p.split)
         if sizes["context"] > 1 and p.attention == "ring" and backend == "horovod":
             raise ValueError("ring attention passes K and V to the next rank point to point, which Horovod cannot "
                              "do (it has collectives only): use backend='torchrun', or attention='all_gather'")
@@ -89,7 +90,7 @@ def _check_tensor(cfg, sizes, p, backend, tokens) -> None:
         if sizes["context"] > 1:
             raise ValueError("sequence parallelism with context parallelism is not built here: use one of them "
                              "(context > 1, or sequence_parallel=True)")
-        cp.check_split(tokens, sizes["tensor"], "contiguous")
+        check_split(tokens, sizes["tensor"], "contiguous")
     if p.use_torch:
         if backend != "torchrun":
             raise ValueError("use_torch=True runs on launch(backend='torchrun') only: PyTorch's parallelize_module "

@@ -3,7 +3,7 @@
 Introduced in lesson 12 (the line reader split by heads and by the line) and lesson 13 (its experts),
 with lesson 06's pipeline and lesson 01's data parallelism: one training function for every layout.
 ``train(worker, spec)`` builds the model from the spec and its seed (``build``), splits it with the
-ordered transforms (``transforms.parallelize``) and runs the one loop (``parallel.loop.train_steps``),
+ordered transforms (``transforms.parallelize``) and runs the one loop (``train.loop.train_steps``),
 whose step is the one micro-step (``train.step``) m times and the one gradient reducer, or, with a
 pipeline, the schedule's passes (each a half of that micro-step) and the same reducer.  ``train_single``
 is the one process every layout must equal: the same model, the same lines, nothing split; where the
@@ -17,14 +17,14 @@ import torch
 
 from ..data import load_digits
 from ..experts.moe import MoE, MoEConfig, add_experts
-from ..parallel import schedules
-from ..parallel.loop import Done, Run, Strategy, train_steps
-from ..parallel.named_mesh import Mesh, check_mesh
-from ..parallel.pipeline import PipelineSchedule
+from ..pipeline import schedules
+from ..train.loop import Done, Run, Strategy, train_steps
+from ..train.mesh import Mesh, check_mesh
+from ..pipeline.pipeline import PipelineSchedule
 from ..processes.cores import one_thread
 from ..processes.worker import Worker
 from ..records import RankRecord
-from ..sequence.context_parallel import positions
+from ..tensor.sequence_parallel import positions
 from ..sequence.lines import LineData
 from ..sequence.transformer import TransformerConfig, build_transformer, line_loss
 from ..train.spec import TrainSpec
@@ -127,12 +127,12 @@ def _batches(spec: TrainSpec, share: tuple[int, int]):
 
 
 def train(worker, spec: TrainSpec) -> RankRecord:
-    """Lesson 12: the line reader trained on this rank's place in the mesh ``spec.parallel.mesh``.
+    """Lesson 12: the line reader trained on this rank's place in the mesh ``spec.parallelize.mesh_3d``.
 
     The record's ``params`` are what this rank trains, under one process's names (``assemble`` puts a
     job's together); ``config`` holds the spec, the mesh and this rank's coordinates; ``traffic`` the bytes
     the split blocks' collectives carried in the last step."""
-    mesh = Mesh(worker, **spec.parallel.mesh)
+    mesh = Mesh(worker, **spec.parallelize.mesh_3d)
     data = LineData(load_digits(), spec.model.digits, spec.data.seed, test_size=spec.data.test_lines)
     model = build(spec, worker.device)
     par = parallelize(model, worker, mesh, spec, data.x_test[:1].to(worker.device))
@@ -154,7 +154,7 @@ def train(worker, spec: TrainSpec) -> RankRecord:
 def reference_groups(model, spec: TrainSpec, world_size: int) -> None:
     """Lesson 13: one process routing tokens to its experts in the groups the ranks of a ``world_size``
     job would route them in: each share of the batch, each micro-batch, each piece of the line alone."""
-    sizes = check_mesh(world_size, spec.parallel.mesh)
+    sizes = check_mesh(world_size, spec.parallelize.mesh_3d)
     p = spec.parallel
     pieces = None
     if sizes["context"] > 1:
@@ -191,7 +191,7 @@ def assemble(records: list[RankRecord]) -> dict[str, torch.Tensor]:
     """Lesson 12: the whole model's parameters from a job's records, under one process's names: a tensor-
     parallel group's slices joined along the dimension each was cut, everything else from the first rank
     that holds it (the copies in other replicas are equal)."""
-    from ..sequence.tensor_parallel import SPLIT
+    from ..tensor.heads_split import SPLIT
 
     whole: dict[str, torch.Tensor] = {}
     by_name: dict[str, dict] = {}

@@ -7,13 +7,13 @@ whole model from the same seed, then each way of splitting is one transform, app
 =============  ===========================================================================================
 ``tensor``     each block's heads and hidden units across the tensor group, by hand or with PyTorch's
                ``parallelize_module``; with sequence parallelism, the line between them in pieces
-               (``sequence.tensor_parallel.parallelize``)
+               (``tensor.heads_split.parallelize``)
 ``context``    the line in pieces across the context group, attention reaching the others' keys by a
-               ring or an all-gather (``sequence.context_parallel.parallelize``)
+               ring or an all-gather (``context.context_parallel.parallelize``)
 ``expert``     every mixture of experts spread over the expert group, tokens travelling by all-to-all
                (``experts.expert_parallel.parallelize``)
 ``pipeline``   the stack of pieces cut into stages along the pipeline group; this rank keeps its own
-               (``parallel.pipeline.stage_of``)
+               (``pipeline.pipeline.stage_of``)
 ``reduce``     the one gradient reducer over what this rank holds, each gradient over its purpose group
                (``train.reduce``)
 =============  ===========================================================================================
@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ..experts import expert_parallel
-from ..parallel import pipeline, stages
-from ..parallel.tensor_parallel import Traffic
-from ..sequence import context_parallel
-from ..sequence import tensor_parallel as sequence_tp
+from ..pipeline import pipeline, stages
+from ..tensor.tensor_parallel import Traffic
+from ..context import context_parallel
+from ..tensor import heads_split as sequence_tp
 from ..train.reduce import GradientReducer
 
 # (axis, transform) in the order they are applied; each is a no-op when its axis has one rank
@@ -47,7 +47,7 @@ class Layout:
     """Lesson 12: what the transforms share while they split one rank's model."""
 
     worker: object
-    mesh: object                       # a named_mesh.Mesh
+    mesh: object                       # a train.mesh.Mesh
     spec: object                       # a train.spec.TrainSpec
     traffic: Traffic = field(default_factory=Traffic)   # bytes the split blocks' collectives carried
     piece: object = None               # context parallelism's piece of the line (its ring keeps a log)

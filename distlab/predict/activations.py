@@ -5,7 +5,7 @@ under tensor, sequence and context parallelism).  Between forward and backward e
 what its gradient will need (a matrix product its inputs, softmax its output, ...): the
 *activations*.  ZeRO does not shard them; for long lines they, not the parameters, fill a rank's
 memory, and the scores of attention grow with the square of the line.  What PyTorch really keeps is
-counted by ``measure.memory_held`` (the MLP) and ``sequence.memory.SavedTensors`` (the transformer),
+counted by ``zero.memory_held`` (the MLP) and ``sequence.memory.SavedTensors`` (the transformer),
 and the tests hold these formulas to those counts.  A pipeline stage keeps its share of these for
 each micro-batch in flight (``bubbles.held_micro_batches``).
 """

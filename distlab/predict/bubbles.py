@@ -1,6 +1,6 @@
 """A pipeline's idle share, and the activations each stage holds, for every schedule of the course.
 
-Introduced in lesson 06 ("Splitting the model"); ``parallel.schedules`` writes the schedules out
+Introduced in lesson 06 ("Splitting the model"); ``pipeline.schedules`` writes the schedules out
 as data and simulates them, and the lesson measures them on real ranks; these are their closed
 forms, which the simulation and the measurement are compared with.
 
@@ -18,7 +18,7 @@ stage ``s`` holds at most ``p - s`` (Narayanan et al., section 2.2.1).
 """
 from __future__ import annotations
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")      # the ones parallel.schedules writes out
+SCHEDULES = ("gpipe", "1f1b", "interleaved")      # the ones pipeline.schedules writes out
 
 
 def bubble_fraction(stages: int, micro_batches: int, chunks: int = 1) -> float:
@@ -35,7 +35,7 @@ def held_micro_batches(schedule: str, stages: int, micro_batches: int, stage: in
     GPipe: all ``m``.  1F1B: its ``p - 1 - s`` warm-up forwards and one more, ``min(p - s, m)``.
     Interleaved: the same count over its longer warm-up, ``2 (p - 1 - s) + (v - 1) p`` forwards
     (Megatron-LM's order), each one chunk's activations, ``1/v`` of a stage's share of a
-    micro-batch.  ``parallel.schedules.held_activations`` counts the same from the op lists."""
+    micro-batch.  ``pipeline.schedules.held_activations`` counts the same from the op lists."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     p, m, v, s = stages, micro_batches, chunks, stage

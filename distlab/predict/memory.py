@@ -101,7 +101,7 @@ def layers(model: nn.Module, sample=None, *, tensor=(), expert=()) -> list[Layer
     """Lesson 08: ``model``'s layers with weights, counted.  An ``nn.Sequential`` with a ``sample``
     gives one ``Layer`` per child with weights and its multiply-adds (a pipeline can cut it); any
     other model one ``Layer`` for all of it.  A parameter whose name contains one of ``tensor``
-    (``parallel.tensor_parallel.SPLIT``'s names, ``sequence.tensor_parallel.SPLIT``'s) is split by
+    (``tensor.tensor_parallel.SPLIT``'s names, ``tensor.heads_split.SPLIT``'s) is split by
     tensor parallelism; one whose name contains one of ``expert`` (``".experts."``) by expert
     parallelism."""
     def layer(name: str, module: nn.Module, prefix: str, cost: float = 0.0) -> Layer:

@@ -10,7 +10,7 @@ partitions its pipelines to balance the same kind of estimate.
 
 The models here have a handful of layers, so ``balanced_starts`` tries every cut and keeps the
 first best one: instant, and obviously right.  It takes plain numbers, so that
-``parallel.stages`` (which cuts real models) and the memory model (which predicts what each
+``pipeline.stages`` (which cuts real models) and the memory model (which predicts what each
 stage holds) make the same cut.  The cut balances work, not memory: a stage may hold most of the
 parameters when one layer does most of the work (lesson 08's width-2048 MLP).
 """

@@ -43,7 +43,7 @@ def gradient_bytes(model: str, width: int, dtype: str = "float32", depth: int = 
 def pipeline_bytes(batch: int, boundaries: list[int], rank: int, ranks: int | None = None, itemsize: int = 4) -> int:
     """Lesson 06 (and 07): the bytes pipeline rank ``rank`` sends per step: each of its stages sends its
     output forward (``batch x`` the numbers one sample leaves it with, ``boundaries[k]``, as
-    ``parallel.stages.boundary_shapes`` gives them) and the gradient of its input backward, the first
+    ``pipeline.stages.boundary_shapes`` gives them) and the gradient of its input backward, the first
     stage no gradient and the last no output (GPipe, Huang et al. 2019).  With the interleaved
     schedule rank r holds stages r, r + ranks, ... of ``len(boundaries)``; micro-batches only cut
     the batch into pieces, the bytes stay."""

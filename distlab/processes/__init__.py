@@ -2,9 +2,9 @@
 
 - ``launcher``        ``launch()``: start N ranks from a notebook cell, show progress, collect records
 - ``pool``            warm ranks that stay up between launches (lesson 00)
-- ``checks``          everything checked before a process starts (arguments against the signature)
+- ``arguments``       everything checked before a process starts (arguments against the signature), and a
+                      job's arguments typed in a terminal (``key=value``, lesson 02)
 - ``jobs``            a running job: poll it, read who failed, stop it with nothing left behind
-- ``diagnosis``       who broke a job and how: the one diagnosis for launch, ``distlab run`` and the monitor (lesson 10)
 - ``rank``            the program each rank runs (joins once, then runs job after job)
 - ``worker``          the ``Worker`` interface every training function receives; ``devices`` which device
                       is a rank's (lesson 00)
@@ -15,6 +15,4 @@
 - ``cores``           a core of its own for each CPU rank, and when not to (lesson 02)
 - ``horovod_worker``  Horovod's collectives behind ``Worker``, in groups (process sets) (lesson 07)
 - ``torchrun_local``, ``horovodrun_local``   the two launchers, listening on 127.0.0.1 only
-- ``config_rank``     one rank of a run config's training, what every scheduler starts (lesson 09)
-- ``vertex_node``     one node of a Vertex AI custom job, from ``CLUSTER_SPEC`` (lesson 09)
 """

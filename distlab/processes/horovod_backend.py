@@ -183,14 +183,14 @@ def run_rank(pool_dir: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..cluster.config_text import ConfigError, parse_kwargs
+    from .arguments import parse_kwargs
     from .rank import write_job
 
     parser = argparse.ArgumentParser(
         prog="python -m distlab.processes.horovod_backend",
         description="One Horovod rank of a distlab job (run it under horovodrun), e.g.\n"
                     "  horovodrun -np 2 --gloo -H localhost:2 python -m distlab.processes.horovod_backend "
-                    "runs/hvd distlab.parallel.data_parallel:train method=ddp global_batch_size=64 steps=50",
+                    "runs/hvd distlab.data_parallel.data_parallel:train method=ddp global_batch_size=64 steps=50",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", help="the run folder: job_0/job.pkl in, job_0/record_<rank>.pt out")
     parser.add_argument("fn", nargs="?", help="module:function to write into the job first")
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fn:
         try:
             kwargs = parse_kwargs(args.kwargs)
-        except ConfigError as err:
+        except ValueError as err:
             parser.error(str(err))
         write_job(args.run_dir, args.fn, kwargs, timeout=args.timeout)
     summary = run_rank(args.run_dir)

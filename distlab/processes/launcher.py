@@ -23,37 +23,13 @@ import sys
 import time
 import warnings
 
-from . import diagnosis
+from ..long_runs import diagnosis
 from . import pool as pools
-from .checks import bind_arguments, check_capabilities, check_importable, check_int, check_port, check_positive
+from .arguments import bind_arguments, check_capabilities, check_importable, check_port
+from ..checks import check_int, check_positive
 from .progress import ProgressReader, in_notebook, make_progress
 from .devices import choose_device
 from .worker import DEFAULT_TIMEOUT, backend_module
-
-
-def is_run_config(fn) -> bool:
-    """Lesson 09: ``launch``'s first argument is a run config (or its file), not a function."""
-    from ..cluster.config import RunConfig
-
-    return isinstance(fn, RunConfig) or (isinstance(fn, (str, os.PathLike))
-                                         and str(fn).endswith((".yaml", ".yml", ".toml")))
-
-
-def _from_config(config, world_size, kwargs):
-    """What ``launch(config)`` runs: the config's training call, on its ranks."""
-    from ..cluster.config import RunConfig, load
-
-    if not isinstance(config, RunConfig):
-        config = load(os.fspath(config))
-    if config.launch.nodes != 1:
-        raise ValueError(f"this config runs on {config.launch.nodes} nodes; a notebook launches on one: "
-                         "start `distlab run CONFIG --node-rank N` on each node instead")
-    if world_size is not None and world_size != config.launch.world_size:
-        raise ValueError(f"world_size={world_size}, but the config says {config.launch.world_size} ranks: "
-                         "change launch.processes_per_node in the config instead")
-    fn, settings = config.call()
-    return (fn, config.launch.world_size, config.launch.backend, config.launch.device, config.launch.timeout,
-            {**settings, **kwargs}, config.options())
 
 
 class WorkerError(RuntimeError):
@@ -72,7 +48,7 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
            port: int | None = None, timeout: float = DEFAULT_TIMEOUT, threads: int = 1,
            progress: str = "auto", title: str | None = None, bind_cores: bool = True,
            warm: bool | str = "auto", checkpoint: dict | None = None, fault: dict | None = None,
-           tensorboard: bool = False, **kwargs) -> list:
+           tensorboard: bool = False, run_options: dict | None = None, who_can=None, **kwargs) -> list:
     """Lesson 01: run ``fn(worker, **kwargs)`` on ``world_size`` real processes; return their records.
 
     ``fn`` must live in an importable module.  ``timeout`` (seconds) bounds every collective.
@@ -83,27 +59,21 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
     warm in a notebook, cold in a script (``DISTLAB_WARM=1`` or ``0`` decides instead).
     Raises ``WorkerError`` naming the failed rank.
 
-    ``fn`` may also be a run config (lesson 09), or the path of its file: it names the training
-    function and its settings, the world size, backend, device and timeout (one node;
-    ``distlab run`` takes it to several).  Keyword arguments still override its settings.
-    ``world_size`` defaults to 2 for a function.
+    ``distlab.launch`` also takes a run config (lesson 09), or the path of its file, in place of ``fn``
+    (``cluster.config.launch_arguments`` turns it into this call: ``run_options`` are its checkpoint,
+    fault and TensorBoard settings), and passes ``who_can``, which names the strategies that can do what
+    ``fn`` cannot.  ``world_size`` defaults to 2.
 
     Lesson 10, for long runs: ``checkpoint={"dir": ..., "every": 10, "keep": 2, "resume": True}``
     saves the ranks' state every 10 steps and starts from the newest checkpoint in ``dir``;
     ``fault={"kind": "kill", "rank": 1, "step": 5}`` breaks a rank on purpose (``faults``);
     ``tensorboard=True`` also writes TensorBoard files next to the metrics every rank writes.
     """
-    options = {}
-    if is_run_config(fn):
-        fn, world_size, backend, device, timeout, kwargs, options = _from_config(fn, world_size, kwargs)
-    elif world_size is None:
-        world_size = 2
-    options = {**options, **job_options(world_size, checkpoint, fault, tensorboard)}
+    world_size = 2 if world_size is None else world_size
+    options = {**(run_options or {}), **job_options(world_size, checkpoint, fault, tensorboard)}
     check_int("world_size", world_size)
     dev = choose_device(device, world_size)
     check_importable(fn)
-    from ..parallel.registry import who_can           # the strategies a refusal names instead
-
     check_capabilities(fn, backend, dev, options, who_can=who_can)   # issue 27: what fn.supports rules out
     chosen = backend_module(backend)                   # the backend (Horovod's import alone takes seconds)
     chosen.check_available()
@@ -118,7 +88,7 @@ def launch(fn, world_size: int | None = None, *, backend: str = "torchrun", devi
     check_positive("timeout", timeout, " of seconds")
     warm = use_warm_ranks(warm)
     key = (backend, world_size, dev, float(timeout), port)
-    env = _worker_env(threads, dev)
+    env = dict(_worker_env(threads, dev), DISTLAB_PRELOAD=getattr(fn, "__module__", ""))
     if warm:
         pool, reused = pools.get(key, env)
     else:

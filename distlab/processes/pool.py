@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 
-from .checks import free_port
+from .arguments import free_port
 from .rank import submit, write_settings
 from .worker import backend_module
 

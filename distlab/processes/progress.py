@@ -7,10 +7,11 @@ files and redraws.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+
+from ..long_runs.metrics import JsonLines
 
 
 def in_notebook() -> bool:
@@ -21,50 +22,6 @@ def in_notebook() -> bool:
         return False
     shell = get_ipython()
     return shell is not None and hasattr(shell, "kernel")
-
-
-class JsonLines:
-    """Lessons 01 and 10: the whole lines a rank appended to its JSON-lines file since the last read.
-
-    The one reader of both streams the ranks write (``progress_<rank>.jsonl`` here, the metrics
-    files of ``long_runs.monitor``), from another process and while the rank writes:
-
-    - a line still being written waits for the next read;
-    - a file shorter than what was read was started again (a new run in the same folder):
-      reading starts over and ``started_again`` says so, until the next read;
-    - a rank killed mid-line leaves half an object, and its next life appends to it: the last whole
-      object on such a line is kept, and a line with none is skipped.
-    """
-
-    def __init__(self, path: str):
-        self.path, self.offset, self.started_again = path, 0, False
-
-    def read(self) -> list[dict]:
-        self.started_again = False
-        try:
-            with open(self.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size < self.offset:
-                    self.offset, self.started_again = 0, True
-                f.seek(self.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        complete = chunk[:chunk.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        return [d for raw in complete.decode(errors="replace").splitlines() if (d := _whole(raw)) is not None]
-
-
-def _whole(raw: str) -> dict | None:
-    """One line as a dict, or else the longest tail of it that is a whole object (see ``JsonLines``)."""
-    starts = [i for i, c in enumerate(raw) if c == "{"]
-    for i in starts:
-        try:
-            found = json.loads(raw[i:])
-        except ValueError:
-            continue
-        if isinstance(found, dict):
-            return found
-    return None
 
 
 class ProgressReader:

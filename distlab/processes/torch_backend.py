@@ -15,6 +15,7 @@ Introduced in lesson 01.  Two halves, one on each side of the process boundary:
 from __future__ import annotations
 
 import glob
+import importlib
 import json
 import os
 import signal
@@ -162,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch._dynamo  # noqa: F401  (torch.optim imports it when the first optimizer is built: 2-3 s)
 
     from ..data import digit_arrays
-    from ..parallel import data_parallel  # noqa: F401  (what most jobs run: the ranks inherit it)
     from .rank import serve
     from .torchrun_local import listen_on_loopback
 
@@ -170,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
     world_size, port, pool_dir = (argv or sys.argv[1:])
     digit_arrays()                                             # read once, here, for every rank
+    if os.environ.get("DISTLAB_PRELOAD"):      # the first job's module (launch names it): the ranks inherit it
+        importlib.import_module(os.environ["DISTLAB_PRELOAD"])
     with open(os.path.join(pool_dir, "launcher_ready.json"), "w") as f:       # for lesson 00
         json.dump({"ready": time.time()}, f)
     config, _, _ = config_from_args(parse_args([*torchrun_flags(int(world_size), int(port)),

@@ -26,13 +26,13 @@ so one rule serves every layout; parameters with the same axes travel together. 
   (one message's start-up instead of one per tensor: Horovod's tensor fusion, DDP's buckets).
 
 The backend's own (DDP, ``hvd.DistributedOptimizer``), which overlaps the all-reduce with backward, is the
-third way for plain data parallelism (``parallel.gradient_sync``).
+third way for plain data parallelism (``data_parallel.gradient_sync``).
 """
 from __future__ import annotations
 
 import torch
 
-from ..parallel.named_mesh import AXES, BATCH_AXES
+from .mesh import AXES, BATCH_AXES
 
 METHODS = ("by_hand", "fused")
 _MARK = "_partial_over"      # the attribute a parameter carries once a transform has marked it

@@ -133,7 +133,7 @@ def partition_widget(digits=None, world_size: int = 2, *, epoch: int = 0, seed: 
     """Lesson 01: which training samples each of N workers gets, with sliders for N and epoch.
 
     The partition is ``distlab.data.shard_indices(n, rank, N, seed=seed, epoch=epoch)``,
-    exactly what every rank of ``distlab.parallel.data_parallel.train`` computes for itself, with
+    exactly what every rank of ``distlab.data_parallel.data_parallel.train`` computes for itself, with
     no communication: all ranks shuffle with the same seed, then take every N-th index.
     """
     from ..data import load_digits, shard_indices

@@ -17,7 +17,7 @@ import ipywidgets as W
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..parallel import schedules
+from ..pipeline import schedules
 from ..predict import bubbles
 from .display import BLUE, GREY, NARROW, SKY_BLUE, VERMILLION, WIDTH, LiveFigure
 

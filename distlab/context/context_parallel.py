@@ -31,35 +31,12 @@ import time
 
 import torch
 
-from ..parallel.tensor_parallel import Traffic
+from ..tensor.tensor_parallel import Traffic
 from ..train.reduce import mark
-from .sequence_parallel import gather_line
-from .transformer import SEES_WHOLE_LINE
+from ..tensor.sequence_parallel import LinePiece, chunk_ids, gather_line, positions
+from ..sequence.transformer import SEES_WHOLE_LINE
 
-SPLITS = ("contiguous", "zigzag")
 ATTENTION = ("all_gather", "ring")
-
-
-def chunk_ids(index: int, size: int, split: str) -> list[int]:
-    """Lesson 12: which chunks of the line the ``index``-th rank of the group holds, in order."""
-    return [index] if split == "contiguous" else [index, 2 * size - 1 - index]
-
-
-def check_split(tokens: int, size: int, split: str) -> None:
-    """Lesson 12: the line must cut into equal chunks, one per rank (contiguous) or two (zig-zag)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
-    chunks = size if split == "contiguous" else 2 * size
-    if tokens % chunks:
-        how = (f"{chunks} equal pieces, one per rank" if split == "contiguous" else
-               f"an even number of equal chunks, two per rank ({chunks} for {size} ranks)")
-        raise ValueError(f"a line of {tokens} tokens does not cut into {how}")
-
-
-def positions(index: int, size: int, tokens: int, split: str) -> torch.Tensor:
-    """Lesson 12: the positions in the line of the ``index``-th rank's tokens, chunk by chunk."""
-    chunk = tokens // (size if split == "contiguous" else 2 * size)
-    return torch.cat([torch.arange(c * chunk, (c + 1) * chunk) for c in chunk_ids(index, size, split)])
 
 
 def block_attention(q, k, v, q_chunk: int, k_chunk: int, causal: bool):
@@ -82,7 +59,7 @@ def merge(out, lse, block_out, block_lse):
     return out * torch.exp(lse - total) + block_out * torch.exp(block_lse - total), total
 
 
-class Piece:
+class Piece(LinePiece):
     """Lesson 12: this rank's piece of the line and how its attention reaches the others'.
 
     ``log`` keeps each message of the latest step (phase, hop, sender, receiver, chunks, bytes) and
@@ -93,11 +70,8 @@ class Piece:
     def __init__(self, worker, group, tokens: int, split: str = "contiguous", attention: str = "ring"):
         if attention not in ATTENTION:
             raise ValueError(f"unknown context-parallel attention {attention!r}; use one of {', '.join(ATTENTION)}")
-        check_split(tokens, len(group), split)
-        self.worker, self.group, self.split, self.attention = worker, group, split, attention
-        self.size, self.index = len(group), group.index(worker.rank)
-        self.tokens, self.chunk = tokens, tokens // (len(group) * (1 if split == "contiguous" else 2))
-        self.mine = positions(self.index, self.size, tokens, split)
+        super().__init__(worker, group, tokens, split)
+        self.attention = attention
         self.new_step()
 
     def new_step(self) -> None:
@@ -156,10 +130,6 @@ class Piece:
                 if not (causal and kc > qc):
                     yield slice(i * c, (i + 1) * c), qc, slice(j * c, (j + 1) * c), kc
 
-    # -- the read-out needs the whole line -------------------------------------------------------
-    def whole_line(self, x: torch.Tensor) -> torch.Tensor:
-        """Every rank's tokens, gathered and put back in line order (``transformer.ReadOut`` calls it)."""
-        return _WholeLine.apply(x, self) if self.size > 1 else x
 
 
 def split_line(model, worker, group, tokens: int, split: str = "contiguous", attention: str = "ring") -> Piece:
@@ -184,35 +154,6 @@ def parallelize(model, layout) -> None:
     for name, p in model.named_parameters():
         if not name.startswith(SEES_WHOLE_LINE):
             mark(p, add=("context",))
-
-
-def sum_token_grads(model, piece: Piece, whole=("head.digits", "head.check"), split=()) -> None:
-    """Lesson 12: after backward, sum over the piece's group the gradient of every parameter that saw
-    only this rank's tokens: all but the read-out heads (``whole``: they saw the whole gathered line)
-    and, under sequence parallelism, the tensor-parallel slices (``split``: names ending so, which saw
-    the line gathered too)."""
-    if piece.size == 1:
-        return
-    for name, p in model.named_parameters():
-        if hasattr(p, "placements"):        # a DTensor (PyTorch's split): torch made its gradient whole
-            continue
-        if p.grad is not None and not name.startswith(whole) and not name.endswith(tuple(split)):
-            piece.worker.all_reduce(p.grad, group=piece.group)
-
-
-class _WholeLine(torch.autograd.Function):
-    """The line in order on every rank; backward: this rank's tokens' rows of the (same) gradient."""
-
-    @staticmethod
-    def forward(ctx, x, piece):
-        ctx.piece = piece
-        gathered = torch.cat(piece.worker.all_gather(x.contiguous(), group=piece.group), dim=-2)
-        order = torch.cat([positions(i, piece.size, piece.tokens, piece.split) for i in range(piece.size)])
-        return gathered[..., torch.argsort(order), :]
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad[..., ctx.piece.mine, :], None
 
 
 class _Ring(torch.autograd.Function):

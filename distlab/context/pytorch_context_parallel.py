@@ -25,7 +25,7 @@ def attempt(worker, *, causal: bool = True, batch: int = 2, heads: int = 4, toke
     from torch.distributed.tensor.experimental import context_parallel
     from torch.distributed.tensor.experimental._attention import context_parallel_unshard
 
-    from ..parallel.named_mesh import Mesh
+    from ..train.mesh import Mesh
 
     mesh = Mesh(worker, context=worker.world_size).device_mesh["context"]
     g = torch.Generator().manual_seed(seed)

@@ -2,7 +2,7 @@
 
 Introduced in lesson 12 (long lines: splitting the heads and the sequence), after lesson 07
 split one MLP block.  A transformer block has two regions to split, each between Megatron's two
-operators (``parallel.tensor_parallel.copy_to_slices`` is ``f``, ``sum_partials`` is ``g``;
+operators (``tensor.tensor_parallel.copy_to_slices`` is ``f``, ``sum_partials`` is ``g``;
 Shoeybi et al. 2019, figure 3):
 
 * **attention**: heads are independent, so each rank keeps whole heads: its rows of Q, K and V
@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..parallel.tensor_parallel import Traffic, copy_to_slices, sum_partials
-from .sequence_parallel import gather_line, scatter_line
+from .tensor_parallel import Traffic, copy_to_slices, sum_partials
+from .sequence_parallel import LinePiece, gather_line, scatter_line
 from ..train.reduce import mark
-from .transformer import MLP, SEES_WHOLE_LINE, Attention, LineReader
+from ..sequence.transformer import MLP, SEES_WHOLE_LINE, Attention, LineReader
 
 # how each split parameter is cut (the dimension its slices are laid along); the rest is whole everywhere
 SPLIT = {"attn.q.weight": 0, "attn.q.bias": 0, "attn.k.weight": 0,
@@ -104,7 +104,7 @@ def _ends(sequence_parallel: bool):
 def split_model(model: LineReader, worker, group, traffic: Traffic, sequence_parallel: bool = False) -> LineReader:
     """Lesson 12: every block of ``model`` split across the ranks of ``group``, in place.  With
     ``sequence_parallel`` the line between the split regions is cut across the same ranks (the caller
-    gives the model its ``context_parallel.Piece`` of contiguous tokens)."""
+    gives the model its ``sequence_parallel.LinePiece`` of contiguous tokens)."""
     cfg = model.cfg
     check_heads(cfg.heads, cfg.mlp_ratio * cfg.d_model, len(group))
     for block in model.blocks:
@@ -128,9 +128,7 @@ def parallelize(model: LineReader, layout) -> None:
     else:
         split_model(model, worker, group, layout.traffic, spec.sequence_parallel)
     if spec.sequence_parallel:
-        from .context_parallel import Piece
-
-        layout.line_piece = Piece(worker, group, model.cfg.positions, "contiguous")
+        layout.line_piece = LinePiece(worker, group, model.cfg.positions, "contiguous")
         model.set_piece(layout.line_piece, attention=False)
         for name, p in model.named_parameters():
             if not hasattr(p, "placements") and not name.startswith(SEES_WHOLE_LINE) and not name.endswith(
@@ -154,7 +152,7 @@ def split_model_with_torch(model: LineReader, device_mesh, sequence_parallel: bo
     each region's input is gathered by ``PrepareModuleInput`` (Shard(1) to Replicate: the all-gather)
     and its output scattered by ``RowwiseParallel(output_layouts=Shard(1))`` (the reduce-scatter),
     the plan torchtitan uses for Llama.  Outside the blocks the model's own piece of the line
-    (``context_parallel.Piece``) does the rest, as by hand."""
+    (``sequence_parallel.LinePiece``) does the rest, as by hand."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)

@@ -1,6 +1,6 @@
 """One rank of a run config's training: what every scheduler starts (lesson 09).
 
-``python -m distlab.processes.config_rank CONFIG``.  Whoever starts it sets the rank's place in
+``python -m distlab.cluster.config_rank CONFIG``.  Whoever starts it sets the rank's place in
 the job in the environment: torchrun (``distlab run``, a SLURM job, a Kubernetes PyTorchJob) and
 Azure ML's PyTorch distribution set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT;
 horovodrun (and Azure ML's MPI distribution) set Horovod's.  The rank reads the config itself,
@@ -18,15 +18,15 @@ import sys
 
 import torch
 
-from ..cluster.config import load
-from .rank import save_atomically, set_options, stop_quietly, write_error
-from .worker import backend_module
+from .config import load
+from ..processes.rank import save_atomically, set_options, stop_quietly, write_error
+from ..processes.worker import backend_module
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m distlab.processes.config_rank CONFIG", file=sys.stderr)
+        print("usage: python -m distlab.cluster.config_rank CONFIG", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, signal.SIG_DFL)      # told to stop: stop at once
     config = load(argv[0])

@@ -1,11 +1,12 @@
-"""Everything the launcher checks before it starts a process, so that mistakes fail in milliseconds.
+"""A job's arguments, checked before any process starts, and read from a terminal.
 
 Introduced in lesson 01.  Starting ranks costs seconds; a typo found by rank 1 five seconds
 later, in a traceback from another process, teaches nothing.  So ``distlab.launch`` first:
 
 * checks the world size, the port and that workers can import the training function;
 * binds the keyword arguments to the training function's signature (``bind_arguments``): an
-  unknown name or a missing one is refused with the parameter's name;
+  unknown name or a missing one is refused with the parameter's name (a function that takes one
+  ``TrainSpec`` makes it from them, issue 36);
 * refuses a backend or device the function does not declare in ``fn.supports`` (issue 27's
   capabilities: ``{"torchrun", "horovod", "cpu", "cuda", "checkpoint", "fault"}``), and
   checkpoints or faults asked of a function that would silently ignore them
@@ -15,9 +16,14 @@ later, in a traceback from another process, teaches nothing.  So ``distlab.launc
   a backend it cannot use);
 * checks every value against its parameter's annotation (``lr='fast'`` where the signature
   says ``lr: float``), so that functions without checks of their own are covered too.
+
+Lesson 02 (a Horovod job started from a terminal) reads a function's arguments typed as ``key=value``,
+and lesson 09's ``--set section.key=value`` with the same parser (``parse_assignment``), so that a
+value means the same wherever it is typed.
 """
 from __future__ import annotations
 
+import ast
 import collections.abc
 import difflib
 import importlib
@@ -26,22 +32,12 @@ import socket
 import types
 import typing
 
+import yaml
+
+
 
 class PortInUseError(OSError):
     pass
-
-
-def check_int(name: str, value, minimum: int = 1) -> None:
-    """``value`` must be a whole number (not a bool, not 2.0) of at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{name} must be {what}, got {value!r}")
-
-
-def check_positive(name: str, value, unit: str = "") -> None:
-    """``value`` must be a number above zero."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number{unit}, got {value!r}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -248,3 +244,37 @@ def _describe(hint) -> str:
     origin = typing.get_origin(hint) or hint
     return f"{'an' if origin.__name__[0] in 'aeiou' else 'a'} {origin.__name__}" \
         if isinstance(origin, type) else str(hint)
+
+
+def parse_value(text: str):
+    """A value typed in a terminal: a Python literal (``1e-3``, ``()``, ``None``), else YAML (``true``,
+    ``null``, ``[a, b]``), else the word itself (``ddp``).  Python first: YAML reads ``1e-3`` as text."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_assignment(item: str, form: str = "section.key=value",
+                     example: str = "training.lr=0.05") -> tuple[list[str], object]:
+    """Lessons 02 and 09: ``a.b=value`` as (``["a", "b"]``, the value).  The one ``key=value`` parser:
+    ``--set`` overrides of a run config and the arguments of a job started from a terminal."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"{item!r}: write it as {form}, e.g. {example}")
+    return key.strip().split("."), parse_value(value)
+
+
+def parse_kwargs(pairs: list[str]) -> dict:
+    """Lesson 02: ``["steps=50", "method=ddp"]`` as ``{"steps": 50, "method": "ddp"}`` (a terminal's job)."""
+    kwargs = {}
+    for pair in pairs:
+        parts, value = parse_assignment(pair, form="key=value", example="steps=50")
+        if len(parts) != 1:
+            raise ValueError(f"{pair!r}: a function's argument has no sections (no dots before the =)")
+        kwargs[parts[0]] = value
+    return kwargs

@@ -14,7 +14,7 @@ in their pipeline coordinate a pipeline (activations pass along it), those that 
 their data coordinate a data group (they average gradients once per step).  Ranks that talk
 most sit closest: on a real cluster the tensor groups stay inside one machine.
 
-The groups come from one named mesh (``named_mesh.Mesh``, built once per run; on torchrun
+The groups come from one named mesh (``train.mesh.Mesh``, built once per run; on torchrun
 PyTorch's ``DeviceMesh``, on Horovod process sets), and every strategy takes the groups it
 needs from it.  This miniature runs two of the three at a time on 4 processes: 2 data x 2
 pipeline (``pipeline.train_stage`` in each replica, on torchrun: a pipeline sends to one rank
@@ -28,22 +28,23 @@ import torch
 
 from ..data import load_digits, shard_indices
 from ..models import build_model
-from ..processes.checks import check_int
+from ..checks import check_int
 from ..records import RankRecord
 from ..train.reduce import GradientReducer
-from . import named_mesh, stages, tensor_parallel
-from . import pipeline as pipe
-from .named_mesh import Mesh
+from ..pipeline import stages
+from ..tensor import tensor_parallel
+from ..pipeline import pipeline as pipe
+from ..train.mesh import Mesh, check_mesh, layout
 
 BLOCK = ("fc2", "fc3")     # the layers tensor parallelism splits (tensor_parallel.parallel_mlp)
 
-AXES = ("data", "pipeline", "tensor")     # the three this lesson draws (named_mesh.AXES has five)
+AXES = ("data", "pipeline", "tensor")     # the three this lesson draws (train.mesh.AXES has five)
 
 
 def grid(data: int, pipeline: int = 1, tensor: int = 1) -> torch.Tensor:
     """Lesson 07: which rank sits where: ``grid[d, s, t]`` is the rank at data replica ``d``,
     pipeline stage ``s``, tensor slice ``t`` (the named mesh's layout, its other axes of size 1)."""
-    return named_mesh.layout(dict(named_mesh.check_mesh(data * pipeline * tensor, dict(
+    return layout(dict(check_mesh(data * pipeline * tensor, dict(
         data=data, pipeline=pipeline, tensor=tensor)))).reshape(data, pipeline, tensor)
 
 
@@ -77,7 +78,7 @@ def validate_args(world_size: int, *, backend: str = "torchrun", device: str = "
                   tensor: int, width: int, depth: int, global_batch_size: int, micro_batches: int, schedule: str,
                   steps: int, lr: float) -> None:
     """Lesson 07: the mesh and each part's settings, checked before any process starts."""
-    named_mesh.check_mesh(world_size, dict(data=data, pipeline=pipeline, tensor=tensor))
+    check_mesh(world_size, dict(data=data, pipeline=pipeline, tensor=tensor))
     tensor_parallel.check_backend("mesh.train", backend, device)
     if pipeline > 1 and backend != "torchrun":
         raise ValueError("mesh.train with pipeline > 1 runs on launch(backend='torchrun') only: Horovod has no "

@@ -38,7 +38,7 @@ import math
 
 import torch
 
-from ..processes.checks import check_int
+from ..checks import check_int
 
 AXES = ("data", "pipeline", "expert", "context", "tensor")   # outermost first
 BATCH_AXES = ("data", "expert")      # the axes whose ranks train different samples of each batch

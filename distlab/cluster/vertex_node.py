@@ -1,6 +1,6 @@
 """One node of a Vertex AI custom job: where it stands, from ``CLUSTER_SPEC``, then ``distlab run`` (lesson 09).
 
-``python -m distlab.processes.vertex_node`` is what every replica of the job ``distlab job vertex``
+``python -m distlab.cluster.vertex_node`` is what every replica of the job ``distlab job vertex``
 writes runs.  Vertex AI starts the same container on each replica and tells it its place in one
 environment variable, ``CLUSTER_SPEC`` (JSON)::
 
@@ -25,7 +25,7 @@ import sys
 
 import yaml
 
-from ..cluster.config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig
 
 CONFIG_VARIABLE = "DISTLAB_RUN_CONFIG"
 
@@ -60,7 +60,7 @@ def node_config(text: str, spec: dict) -> tuple[RunConfig, int]:
 
 
 def main() -> int:
-    from ..cluster.run import run
+    from .run import run
 
     if "CLUSTER_SPEC" not in os.environ or CONFIG_VARIABLE not in os.environ:
         print(f"vertex_node: CLUSTER_SPEC and {CONFIG_VARIABLE} must be set (Vertex AI sets the first, "

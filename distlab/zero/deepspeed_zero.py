@@ -29,11 +29,11 @@ import torch.nn.functional as F
 
 from ..comm.collectives import check_torchrun
 from ..long_runs.checkpoint import CheckpointError
-from .data_parallel import per_rank_batch
+from ..data_parallel.data_parallel import per_rank_batch
 from .deepspeed_setup import available, prebuild, status  # noqa: F401 (lesson 08 calls them from here)
 from .deepspeed_state import Stage3Optimizer, full_params, held  # noqa: F401 (held: lesson 08)
 from ..train.step import check_optimizer
-from .loop import Done, Run, Strategy, evaluate, train_steps
+from ..train.loop import Done, Run, Strategy, evaluate, train_steps
 from .zero import check_train as check_zero
 from .zero import start_sharded
 

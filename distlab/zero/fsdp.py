@@ -27,9 +27,9 @@ from __future__ import annotations
 from torch.distributed.fsdp import fully_shard
 
 from ..comm.collectives import check_torchrun
-from ..measure.memory_held import held_bytes
+from .memory_held import held_bytes
 from ..train.step import make_optimizer
-from .loop import Run, Strategy, train_steps
+from ..train.loop import Run, Strategy, train_steps
 from .zero import STAGES, check_train, start_sharded
 from .zero import train as train_by_hand
 

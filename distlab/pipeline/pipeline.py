@@ -31,10 +31,10 @@ import torch
 from ..comm.collectives import check_torchrun
 from ..data import global_batch, load_digits, shard_indices
 from ..models import DTYPES, build_model
-from ..processes.checks import check_int, check_positive
+from ..checks import check_int, check_positive
 from ..records import RankRecord
 from . import schedules, stages
-from .loop import Done, Run, Strategy, train_steps
+from ..train.loop import Done, Run, Strategy, train_steps
 from .pipeline_stage import Stage
 
 

@@ -53,10 +53,10 @@ from ..data import shard_indices
 from ..datasets import load_dataset
 from ..long_runs.faults import maybe_fail
 from ..models import DTYPES, MODELS, build_model
-from ..processes.checks import check_int, check_positive
+from ..checks import check_int, check_positive
 from ..records import RankRecord, StepRecord
-from ..train.flops import CountFlops
-from ..train.step import make_optimizer, micro_step
+from .flops import CountFlops
+from .step import make_optimizer, micro_step
 from .logbook import Logbook
 
 

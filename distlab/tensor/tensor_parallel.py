@@ -33,12 +33,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import global_batch
-from ..processes.checks import check_int
+from ..checks import check_int
 from ..records import RankRecord
 from ..train.reduce import GradientReducer
 from ..train.step import make_optimizer
-from .loop import Strategy, check_settings, start, train_steps
-from .named_mesh import Mesh
+from ..train.loop import Strategy, check_settings, start, train_steps
+from ..train.mesh import Mesh
 
 
 class Traffic:

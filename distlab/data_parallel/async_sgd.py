@@ -44,7 +44,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from ..data import load_digits, rank_batch
 from ..models import DTYPES, build_model
 from .data_parallel import per_rank_batch
-from .loop import Run, Strategy, check_settings, evaluate, start, train_steps
+from ..train.loop import Run, Strategy, check_settings, evaluate, start, train_steps
 
 SERVER = 0
 

@@ -44,11 +44,11 @@ import time
 import torch
 
 from ..comm.collectives import check_torchrun
-from ..measure.memory_held import held_bytes
-from .data_parallel import per_rank_batch, validate_args
+from .memory_held import held_bytes
+from ..data_parallel.data_parallel import per_rank_batch, validate_args
 from ..data import rank_batch
 from ..train.step import make_optimizer
-from .loop import Run, Strategy, start, train_steps
+from ..train.loop import Run, Strategy, start, train_steps
 
 STAGES = (0, 1, 2)
 
@@ -195,7 +195,7 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
     this rank's record.
 
     The record's ``memory`` holds the bytes this rank held after the last update, by category
-    (``measure.memory_held.held_bytes``): what the memory model predicts.  ``overlap=True``
+    (``zero.memory_held.held_bytes``): what the memory model predicts.  ``overlap=True``
     (stage 2 only): the optimised version, ``OverlappedStage2``.
     """
     run, batch_at = start_sharded(worker, f"zero{stage}", optimizer=optimizer, model=model, width=width,

@@ -53,7 +53,7 @@ class Arg:
 class Strategy:
     """Lesson 09: one strategy a config can name: its training function and its arguments.
 
-    ``target`` is ``"module:function"`` under ``distlab.parallel``, or a full module path (imported lazily);
+    ``target`` is ``"module:function"``, the module's full path (imported lazily);
     ``args`` maps the function's keywords to config fields; ``spec``: the function takes one ``TrainSpec``
     (issue 36), whose sections are the config's, key for key; ``fixed`` are arguments a config
     run always passes (``record_grads_at=()``: nothing to record in a long run);
@@ -75,7 +75,7 @@ class Strategy:
     @property
     def fn(self):
         module, name = self.target.split(":")
-        return getattr(importlib.import_module(module if "." in module else f"distlab.parallel.{module}"), name)
+        return getattr(importlib.import_module(module), name)
 
     @property
     def supports(self) -> frozenset | None:
@@ -127,29 +127,36 @@ OPTIMIZER = Arg("optimizer", "training.optimizer")
 PIPELINE = (Arg("micro_batches", "parallel.micro_batches"), Arg("schedule", "parallel.schedule"))
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("data", "data_parallel:train", "01", "data parallelism: every rank a full copy, gradients averaged",
+    Strategy("data", "distlab.data_parallel.data_parallel:train", "01",
+             "data parallelism: every rank a full copy, gradients averaged",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("method", "parallel.method"), Arg("dataset", "data.dataset"),
                      Arg("samples", "data.samples"), Arg("data_root", "data.root")),
              fixed={"record_grads_at": ()}),
-    Strategy("local_sgd", "local_sgd:train", "04", "talk every k steps: local SGD or gradient accumulation",
+    Strategy("local_sgd", "distlab.data_parallel.local_sgd:train", "04",
+             "talk every k steps: local SGD or gradient accumulation",
              _common(*MODEL[:1], DTYPE, Arg("k", "parallel.local_steps"), Arg("average", "parallel.average"),
                      batch="rank")),
-    Strategy("async_sgd", "async_sgd:train", "04", "asynchronous SGD: rank 0 serves the parameters",
+    Strategy("async_sgd", "distlab.data_parallel.async_sgd:train", "04",
+             "asynchronous SGD: rank 0 serves the parameters",
              _common(*MODEL[:1], DTYPE, batch="worker"), shares_batch="worker"),
-    Strategy("pipeline", "pipeline:train", "06", "the model cut into stages, one a rank (every schedule)",
+    Strategy("pipeline", "distlab.pipeline.pipeline:train", "06",
+             "the model cut into stages, one a rank (every schedule)",
              _common(*MODEL, DTYPE, *PIPELINE, Arg("chunks", "parallel.chunks")), stages_are_ranks="pipeline",
              shares_batch=""),
-    Strategy("torch_pipeline", "torch_pipeline:train", "06", "the same pipeline through torch.distributed."
+    Strategy("torch_pipeline", "distlab.pipeline.torch_pipeline:train", "06",
+             "the same pipeline through torch.distributed."
              "pipelining", _common(*MODEL, DTYPE, *PIPELINE), stages_are_ranks="pipeline", shares_batch=""),
-    Strategy("tensor", "tensor_parallel:train", "07", "tensor parallelism: the depth-3 MLP's block split",
+    Strategy("tensor", "distlab.tensor.tensor_parallel:train", "07",
+             "tensor parallelism: the depth-3 MLP's block split",
              _common(DTYPE), stages_are_ranks="tensor", shares_batch=""),
-    Strategy("3d", "mesh:train", "07", "a data x pipeline x tensor grid of ranks",
+    Strategy("3d", "distlab.parallelize.mesh_3d:train", "07", "a data x pipeline x tensor grid of ranks",
              _common(Arg("depth", "model.depth"), Arg("pipeline", "parallel.pipeline"),
                      Arg("tensor", "parallel.tensor"), *PIPELINE), shares_batch=""),
-    Strategy("zero", "zero:train", "08", "ZeRO stages 0-2 written by hand",
+    Strategy("zero", "distlab.zero.zero:train", "08", "ZeRO stages 0-2 written by hand",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("stage", "parallel.zero_stage"))),
-    Strategy("fsdp", "fsdp:train", "08", "ZeRO stage 3 with PyTorch's FSDP2", _common(*MODEL, DTYPE, OPTIMIZER)),
-    Strategy("deepspeed", "deepspeed_zero:train", "08", "DeepSpeed's ZeRO, stages 0-3",
+    Strategy("fsdp", "distlab.zero.fsdp:train", "08",
+             "ZeRO stage 3 with PyTorch's FSDP2", _common(*MODEL, DTYPE, OPTIMIZER)),
+    Strategy("deepspeed", "distlab.zero.deepspeed_zero:train", "08", "DeepSpeed's ZeRO, stages 0-3",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("stage", "parallel.zero_stage"))),
     Strategy("transformer", "distlab.parallelize.trainer:train", "12-13", "the line transformer (experts too) on "
              "any data x pipeline x expert x context x tensor mesh", _spec_args(skip=NOT_THE_TRANSFORMERS),
@@ -166,7 +173,7 @@ def get(name: str) -> Strategy:
 
 def of_function(fn) -> Strategy | None:
     """Lesson 09: the strategy whose training function is ``fn`` (``config.from_launch``)."""
-    target = f"{getattr(fn, '__module__', '')}:{getattr(fn, '__name__', '')}".removeprefix("distlab.parallel.")
+    target = f"{getattr(fn, '__module__', '')}:{getattr(fn, '__name__', '')}"
     return next((s for s in STRATEGIES.values() if s.target == target and s.fn is fn), None)
 
 
@@ -194,10 +201,10 @@ def unused_fields(name: str, config) -> list[str]:
 def check_supports(strategy: Strategy, backend: str, device: str, *, checkpoint: bool, fault: bool) -> None:
     """Issue 27 (lessons 09-10): a config's backend, device, checkpoint and fault against ``fn.supports``.
 
-    The same check ``launch`` makes (``processes.checks.check_capabilities``), with the config's
+    The same check ``launch`` makes (``processes.arguments.check_capabilities``), with the config's
     key in front of the message, so that ``distlab check`` names the line to change.
     """
-    from ..processes.checks import check_capabilities
+    from ..processes.arguments import check_capabilities
 
     try:
         check_capabilities(strategy.fn, backend, device if device != "auto" else None,

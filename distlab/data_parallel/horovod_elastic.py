@@ -23,7 +23,7 @@ when every host is blacklisted the driver stops the job.  On one machine named o
 ``localhost`` and ``127.0.0.1``, one slot each (both are this machine's loopback): losing one
 leaves the other.  A cluster lists its real hosts in the discovery script.
 
-Run with ``horovodrun ... python -m distlab.parallel.horovod_elastic RUN_DIR STEPS`` (``command``).
+Run with ``horovodrun ... python -m distlab.data_parallel.horovod_elastic RUN_DIR STEPS`` (``command``).
 
 This is the one training loop in distlab that is not ``loop.train_steps``, on purpose: Horovod's
 elastic mode needs the loop inside ``@hvd.elastic.run``, which re-enters it after every
@@ -61,7 +61,8 @@ def command(run_dir: str, steps: int, *, commit_every: int = 10, fault_step: int
     fault = [] if fault_step is None else [str(fault_step)]
     return [sys.executable, horovodrun, "-np", "2", "--min-np", "1", "--max-np", "2", "--gloo",
             "--network-interfaces", "lo", "--host-discovery-script", discover, "--elastic-timeout", "60",
-            sys.executable, "-m", "distlab.parallel.horovod_elastic", run_dir, str(steps), str(commit_every), *fault]
+            sys.executable, "-m", "distlab.data_parallel.horovod_elastic", run_dir, str(steps), str(commit_every),
+            *fault]
 
 
 def train(run_dir: str, steps: int, commit_every: int = 10, fault_step: int | None = None, *, width: int = 64,

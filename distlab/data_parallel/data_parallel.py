@@ -24,12 +24,12 @@ from ..predict.alpha_beta import ALGORITHMS
 from ..data import check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
 from ..datasets import check_dataset, train_samples
 from ..models import build_model
-from ..processes.checks import check_int
+from ..checks import check_int
 from ..processes.worker import Worker
 from ..records import RankRecord
 from .gradient_sync import METHODS, make_sync
 from ..train.step import check_optimizer
-from .loop import Strategy, check_settings, start, train_steps
+from ..train.loop import Strategy, check_settings, start, train_steps
 
 
 def per_rank_batch(world_size: int, batch_size: int | None, global_batch_size: int | None,
@@ -179,7 +179,7 @@ def train_both_methods(worker, **config) -> dict:
 
 
 def _check_both_methods(world_size: int, *, backend: str = "torchrun", device: str = "cpu", **config) -> None:
-    from ..processes.checks import bind_arguments
+    from ..processes.arguments import bind_arguments
 
     if "method" in config:
         raise ValueError("train_both_methods runs both methods: leave out method=")

@@ -23,11 +23,11 @@ import statistics
 import torch
 
 from ..data import load_digits, rank_batch, steps_per_epoch
-from ..processes.checks import check_int
+from ..checks import check_int
 from ..records import RankRecord
 from .data_parallel import per_rank_batch
 from .gradient_sync import AllReduceEachParameter
-from .loop import Run, check_settings, start, train_steps
+from ..train.loop import Run, check_settings, start, train_steps
 
 AVERAGES = ("gradients", "parameters")
 
@@ -140,7 +140,7 @@ def train_each(worker, *, runs: list[dict], **common) -> list[RankRecord]:
 
 
 def _validate_each(world_size: int, *, runs, backend: str = "torchrun", device: str = "cpu", **common) -> None:
-    from ..processes.checks import bind_arguments
+    from ..processes.arguments import bind_arguments
 
     if not runs or not all(isinstance(run, dict) for run in runs):
         raise ValueError("runs must be a non-empty list of dicts, e.g. [dict(k=1), dict(k=4)]")

@@ -35,7 +35,7 @@ def held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None =
     momentum buffers, step counters) and the optimizer's own parameters where they are not
     the model's: a copy of (a shard of) the parameters that the optimizer updates, as
     DeepSpeed's fp32 master copy (a shard that is a *view* of the model's parameters, as in
-    ``parallel/zero.py``, shares their storage and is not counted again).  ``more_params``:
+    ``zero/zero.py``, shares their storage and is not counted again).  ``more_params``:
     parameter storage the model does not show (DeepSpeed's stage-3 shards, ``ds_tensor``).
     """
     seen: set[int] = set()

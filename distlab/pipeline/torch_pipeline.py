@@ -24,7 +24,7 @@ from ..data import global_batch, load_digits, shard_indices
 from ..models import DTYPES, build_model
 from ..records import RankRecord
 from . import pipeline, stages
-from .loop import Done, Run, Strategy, train_steps
+from ..train.loop import Done, Run, Strategy, train_steps
 
 LIBRARY_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 

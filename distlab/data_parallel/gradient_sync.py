@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from ..train.reduce import GradientReducer
-from .loop import Run, Strategy
+from ..train.loop import Run, Strategy
 
 METHODS = ("by_hand", "fused", "ddp")
 
