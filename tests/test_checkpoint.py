@@ -18,12 +18,13 @@ from distlab.cluster import config as cfg
 from distlab.cluster import run as runs
 from distlab.data_parallel import data_parallel, local_sgd
 from distlab.zero import deepspeed_zero, fsdp, zero
-from distlab.parallelize import mesh_3d as mesh, registry
+from distlab.parallelize import mesh_3d as mesh, registry, trainer
 from distlab.pipeline import pipeline, torch_pipeline
 from distlab.tensor import tensor_parallel
 from distlab.processes.worker import Worker
 
 ADAM = dict(optimizer="adam", lr=0.01, global_batch_size=64)
+LINES = dict(width=32, depth=2, heads=4, global_batch_size=8, test_lines=32, data=1)
 RUNS = {   # a run of each kind that keeps state a checkpoint must carry
     "ddp-adam-torchrun": ("torchrun", data_parallel.train, dict(method="ddp", **ADAM)),
     "ddp-adam-horovod": ("horovod", data_parallel.train, dict(method="ddp", **ADAM)),
@@ -38,6 +39,10 @@ RUNS = {   # a run of each kind that keeps state a checkpoint must carry
     "deepspeed3-adam": ("torchrun", deepspeed_zero.train, dict(stage=3, **ADAM)),   # and the parameters' shards
     "tensor": ("torchrun", tensor_parallel.train, dict(global_batch_size=64)),       # each rank's slices
     "3d-data-x-tensor": ("torchrun", mesh.train, dict(data=1, pipeline=1, tensor=2, global_batch_size=64)),
+    # issue 36: the line transformer, as configs/long_lines.yaml and configs/experts.yaml run it (Adam)
+    "transformer-long-lines": ("torchrun", trainer.train, dict(LINES, digits=4, causal=True, context=2,
+                                                               split="zigzag")),
+    "transformer-experts": ("torchrun", trainer.train, dict(LINES, experts=4, top_k=2, expert=2)),
 }
 # local SGD's kill and resume (its accumulated gradients in the checkpoint) is tests/test_configs.py's
 ELSEWHERE = {local_sgd.train: "tests/test_configs.py::test_gradient_accumulation_killed_between_two_updates_"

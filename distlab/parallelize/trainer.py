@@ -127,12 +127,12 @@ def _batches(spec: TrainSpec, share: tuple[int, int]):
 
 
 def train(worker, spec: TrainSpec) -> RankRecord:
-    """Lesson 12: the line reader trained on this rank's place in the mesh ``spec.parallelize.mesh_3d``.
+    """Lesson 12: the line reader trained on this rank's place in the mesh ``spec.parallel.mesh``.
 
     The record's ``params`` are what this rank trains, under one process's names (``assemble`` puts a
     job's together); ``config`` holds the spec, the mesh and this rank's coordinates; ``traffic`` the bytes
     the split blocks' collectives carried in the last step."""
-    mesh = Mesh(worker, **spec.parallelize.mesh_3d)
+    mesh = Mesh(worker, **spec.parallel.mesh)
     data = LineData(load_digits(), spec.model.digits, spec.data.seed, test_size=spec.data.test_lines)
     model = build(spec, worker.device)
     par = parallelize(model, worker, mesh, spec, data.x_test[:1].to(worker.device))
@@ -154,7 +154,7 @@ def train(worker, spec: TrainSpec) -> RankRecord:
 def reference_groups(model, spec: TrainSpec, world_size: int) -> None:
     """Lesson 13: one process routing tokens to its experts in the groups the ranks of a ``world_size``
     job would route them in: each share of the batch, each micro-batch, each piece of the line alone."""
-    sizes = check_mesh(world_size, spec.parallelize.mesh_3d)
+    sizes = check_mesh(world_size, spec.parallel.mesh)
     p = spec.parallel
     pieces = None
     if sizes["context"] > 1:

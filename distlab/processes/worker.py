@@ -28,7 +28,7 @@ least as many GPUs as local ranks; otherwise CPU processes that talk over gloo. 
 is the same; only the device and the communication library change.
 
 Lesson 07: every collective takes an optional ``group`` (a ``Group``: some of the job's
-ranks, made by ``new_group`` or by a ``named_mesh.Mesh``), so that tensor, pipeline and
+ranks, made by ``new_group`` or by a ``train.mesh.Mesh``), so that tensor, pipeline and
 data groups of one job talk among themselves; without one it involves every rank.  On
 torchrun a group is a torch.distributed process group, on Horovod a *process set*.
 

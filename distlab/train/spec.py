@@ -93,7 +93,7 @@ class ParallelSpec:
 
     @property
     def mesh(self) -> dict[str, int]:
-        """The mesh's axis sizes (``named_mesh.Mesh(worker, **spec.parallelize.mesh_3d)``)."""
+        """The mesh's axis sizes (``train.mesh.Mesh(worker, **spec.parallel.mesh)``)."""
         return {a: getattr(self, a) for a in ("data", "pipeline", "expert", "context", "tensor")}
 
 
