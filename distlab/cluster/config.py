@@ -262,7 +262,7 @@ def launch_arguments(config, world_size, kwargs: dict) -> tuple:
         settings, training = {"spec": settings["spec"].replace(**training)}, {}
     return fn, config.launch.world_size, dict(backend=config.launch.backend, device=config.launch.device,
                                               timeout=config.launch.timeout, run_options=config.options(),
-                                              **launcher, **settings, **training)
+                                              **launcher, **{**settings, **training})
 
 
 def load(path: str, overrides: list[str] | None = None) -> RunConfig:

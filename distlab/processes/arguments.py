@@ -175,7 +175,7 @@ def check_capabilities(fn, backend: str, device: str, options: dict | None = Non
     their modules: seconds the first time).
     """
     supports = getattr(fn, "supports", None)
-    name = f"{getattr(fn, '__module__', '?').removeprefix('distlab.parallel.')}.{getattr(fn, '__name__', fn)}"
+    name = f"{getattr(fn, '__module__', '?').rsplit('.', 1)[-1]}.{getattr(fn, '__name__', fn)}"   # pipeline.train
     if supports is not None:
         unknown = set(supports) - set(CAPABILITIES)
         if unknown:
