@@ -1,7 +1,8 @@
 """Issue 36: one transformer on all five axes.  The line reader (lesson 12) with experts in every block
 (lesson 13) trains on every pair of the axes data, pipeline, expert, context and tensor at size 2 (4 ranks),
 on two triples (8 ranks), and on the pairs Horovod can run, and each layout equals one process (routing
-its tokens in the groups the ranks route them in) within 1e-5 after 12 SGD steps.  SGD, because Adam's
+its tokens in the groups the ranks route them in) within 1e-5 after 12 SGD steps.  Lesson 01's MLP goes
+through the same trainer on its three axes (data, pipeline, tensor: every pair, and all three).  SGD, because Adam's
 update barely notices a gradient scaled by a constant: a sum where an average is due would pass with it.
 Each launch runs all its layouts in turn, on warm ranks (``workers.five_axes``)."""
 import itertools
@@ -28,11 +29,25 @@ def layout(*axes: str, **more) -> dict:
     return dict(MODEL, **TRAIN, **sizes, **extra, **more)
 
 
+# lesson 01's MLP through the same trainer, on the axes it has (the depth-3 MLP's block is what tensor splits)
+MLP = dict(model="mlp", width=32, depth=3, global_batch_size=32, steps=12, lr=0.05, optimizer="sgd", seed=0)
+
+
+def mlp_layout(*axes: str) -> dict:
+    sizes = {a: (2 if a in axes else 1) for a in ("data", "pipeline", "tensor")}
+    extra = dict(micro_batches=2, schedule="1f1b") if "pipeline" in axes else {}
+    return dict(MLP, **sizes, **extra)
+
+
 PAIRS = {" x ".join(pair): layout(*pair) for pair in itertools.combinations(AXES, 2)}
+PAIRS.update({"mlp " + " x ".join(pair): mlp_layout(*pair)
+              for pair in itertools.combinations(("data", "pipeline", "tensor"), 2)})
 TRIPLES = {"data x pipeline x tensor": layout("data", "pipeline", "tensor"),
-           "pipeline x expert x context": layout("pipeline", "expert", "context", split="zigzag", causal=True)}
+           "pipeline x expert x context": layout("pipeline", "expert", "context", split="zigzag", causal=True),
+           "mlp data x pipeline x tensor": mlp_layout("data", "pipeline", "tensor")}
 HOROVOD = {name: dict(settings, attention="all_gather") for name, settings in PAIRS.items()
-           if "pipeline" not in name}
+           if "pipeline" not in name and not name.startswith("mlp")}
+HOROVOD["mlp data x tensor"] = PAIRS["mlp data x tensor"]
 
 
 @pytest.fixture(scope="module")

@@ -42,13 +42,18 @@ def test_no_import_cycles():
     graph = {module_name(p): imports(p) for p in MODULES}
     # a package's __init__ may import its own modules; a cycle through it is not a real one
     graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
+    refuse_cycles(graph, "import cycle")
+
+
+def refuse_cycles(graph: dict[str, set[str]], what: str) -> None:
+    """A depth-first walk of ``graph``; the first cycle it meets fails the test, named node by node."""
     state: dict[str, str] = {}
 
     def visit(m, path):
         state[m] = "open"
-        for d in sorted(graph[m]):
+        for d in sorted(graph.get(m, ())):
             if state.get(d) == "open":
-                raise AssertionError("import cycle: " + " -> ".join(path[path.index(d):] + [d]))
+                raise AssertionError(f"{what}: " + " -> ".join(path[path.index(d):] + [d]))
             if d not in state:
                 visit(d, path + [d])
         state[m] = "done"
@@ -81,20 +86,7 @@ def test_no_import_cycle_between_packages():
         graph.setdefault(mine, set()).update(package_of(m) for m in imports(path) if m not in DOORS)
     graph = {p: deps - {p} for p, deps in graph.items()}
     assert not graph.get("core"), f"the core imports packages: {sorted(graph['core'])}"
-    state: dict[str, str] = {}
-
-    def visit(p, path):
-        state[p] = "open"
-        for d in sorted(graph.get(p, ())):
-            if state.get(d) == "open":
-                raise AssertionError("package cycle: " + " -> ".join(path[path.index(d):] + [d]))
-            if d not in state:
-                visit(d, path + [d])
-        state[p] = "done"
-
-    for p in sorted(graph):
-        if p not in state:
-            visit(p, [p])
+    refuse_cycles(graph, "package cycle")
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -56,9 +56,12 @@ def test_a_transformer_config_is_its_spec_key_for_key():
     (dict(pipeline=2, data=2, micro_batches=3), "micro-batches"),
     (dict(pipeline=4, depth=1), "4 pipeline stages but the model has 3 pieces"),
     (dict(sequence_parallel=True, context=2, tensor=2), "sequence parallelism with context parallelism"),
-    (dict(method="ddp"), "the transformer's gradients go through the one gradient reducer"),
+    (dict(method="ddp"), "this trainer's gradients go through the one gradient reducer"),
     (dict(zero_stage=2), "zero_stage=2 is a setting of the MLP's strategies"),
-    (dict(model="mlp"), "model kind 'mlp' has its own strategies"),
+    (dict(model="mlp", context=2, data=2), "model kind 'mlp' reads one digit, with no line to cut"),
+    (dict(model="mlp", heads=2), "heads=2 is the transformer's; model kind 'mlp' has none"),
+    (dict(model="cnn", tensor=2, data=2), "splits the depth-3 MLP's block"),
+    (dict(model="mlp", depth=1, pipeline=4, data=1, micro_batches=4), "4 stages but the model has only 2 layers"),
     (dict(global_batch_size=10), "does not divide into 4 shares"),
 ])
 def test_a_layout_that_cannot_run_is_refused_before_anything_starts(settings, message):

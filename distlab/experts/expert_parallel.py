@@ -161,7 +161,7 @@ def parallelize(model, layout) -> None:
     its balancing losses then count that share), and, across an expert group longer than one rank, spreads
     its experts over the group: an expert's gradient then holds every token of the group, so it is no
     longer split along the expert axis (``train.reduce.mark``)."""
-    experts = [block.mlp for block in model.blocks if isinstance(block.mlp, MoE)]
+    experts = [block.mlp for block in getattr(model, "blocks", ()) if isinstance(block.mlp, MoE)]
     piece = layout.line_piece
     for moe in experts:
         moe.pieces_per_line = piece.size if piece is not None else 1

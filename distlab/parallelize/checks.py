@@ -11,43 +11,72 @@ from __future__ import annotations
 
 from ..experts.expert_parallel import HOW, check_experts
 from ..experts.moe import MoEConfig
-from ..pipeline import schedules
+from ..models import build_model
+from ..pipeline import schedules, stages
 from ..train.mesh import check_mesh
 from ..checks import check_int, check_positive
 from ..context import context_parallel as cp
 from ..tensor import heads_split as tp
 from ..tensor.sequence_parallel import check_split
+from ..tensor.tensor_parallel import check_tensor_parallel
 from ..sequence.transformer import TransformerConfig
 from ..train.reduce import METHODS
 from ..train.spec import TrainSpec
 from ..train.step import check_optimizer
 
-NOT_HERE = {"dataset": "digits", "samples": None, "root": None}   # the lines are made from the 8x8 digits
+NOT_HERE = {"dataset": "digits", "samples": None, "root": None}   # the 8x8 digits (and lines made of them)
 
 
 def check(world_size: int, spec: TrainSpec, backend: str = "torchrun", device: str = "cpu") -> dict[str, int]:
     """Lesson 12: ``spec`` checked for a job of ``world_size`` ranks on ``backend``; returns the mesh's sizes."""
     m, p, t = spec.model, spec.parallel, spec.training
-    if m.kind != "transformer":
-        raise ValueError(f"the five-axis trainer trains the line transformer: model kind {m.kind!r} has its "
-                         "own strategies (data, pipeline, tensor, 3d, zero, ...)")
+    if m.kind not in ("mlp", "cnn", "transformer"):
+        raise ValueError(f"unknown model kind {m.kind!r}: the trainer trains the mlp, the cnn or the transformer")
     for name, value in NOT_HERE.items():
         if getattr(spec.data, name) != value:
-            raise ValueError(f"{name}={getattr(spec.data, name)!r}: the transformer reads lines of the 8x8 digits; "
-                             f"{name} is for the MLP and CNN's strategies")
+            raise ValueError(f"{name}={getattr(spec.data, name)!r}: this trainer reads the 8x8 digits (the "
+                             f"transformer, lines of them); {name} is data_parallel.train's (lesson 05)")
     if t.dtype != "float32":
-        raise ValueError(f"dtype={t.dtype!r}: the transformer trains in float32 here")
+        raise ValueError(f"dtype={t.dtype!r}: this trainer trains in float32")
     for name, value in (("zero_stage", 0), ("chunks", 1), ("local_steps", 4), ("average", "parameters")):
         if getattr(p, name) != value:
             raise ValueError(f"{name}={getattr(p, name)!r} is a setting of the MLP's strategies (zero, pipeline "
                              "interleaved, local_sgd), which the five-axis trainer does not use: leave it out")
+    sizes = check_mesh(world_size, p.mesh)
+    if m.kind == "transformer":
+        _check_lines(spec, sizes, backend)
+    else:
+        _check_digits(spec, sizes)
+    _check_pipeline(spec, sizes, p, backend)
+    shares = sizes["data"] * sizes["expert"]
+    check_int("global_batch_size", t.global_batch_size)
+    check_int("micro_batches", p.micro_batches)
+    if t.global_batch_size % (shares * p.micro_batches):
+        raise ValueError(f"global_batch_size {t.global_batch_size} does not divide into {shares} shares (data x "
+                         f"expert ranks each train lines of their own) of {p.micro_batches} micro-batches")
+    if p.method not in METHODS:
+        raise ValueError(f"method={p.method!r}: this trainer's gradients go through the one gradient reducer "
+                         f"(train.reduce), by hand or fused: set method to one of {', '.join(METHODS)}"
+                         + (" ('ddp', the backend's own, is plain data parallelism's)" if p.method == "ddp" else ""))
+    check_optimizer(t.optimizer)
+    check_int("steps", t.steps)
+    check_positive("lr", t.lr)
+    check_int("seed", spec.data.seed, minimum=0)
+    check_int("test_lines", spec.data.test_lines)
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    return sizes
+
+
+def _check_lines(spec, sizes, backend) -> None:
+    """Lesson 12: the transformer's sizes against the tensor, context and expert axes."""
+    m, p = spec.model, spec.parallel
     check_int("digits", m.digits, minimum=2)
     cfg = TransformerConfig(d_model=m.width, heads=m.heads, layers=m.depth, max_digits=m.digits, causal=m.causal)
     if m.experts:
         MoEConfig(m.experts, m.top_k, m.capacity_factor, m.aux_weight, m.z_weight)
     elif (m.top_k, m.capacity_factor, m.aux_weight, m.z_weight) != (1, 1.25, 0.01, 0.0):
         raise ValueError("top_k, capacity_factor, aux_weight and z_weight are the experts' settings: give experts > 0")
-    sizes = check_mesh(world_size, p.mesh)
     tokens = m.digits * 16
     _check_tensor(cfg, sizes, p, backend, tokens)
     if sizes["context"] > 1 or p.attention != "ring" or p.split != "contiguous":
@@ -59,25 +88,34 @@ def check(world_size: int, spec: TrainSpec, backend: str = "torchrun", device: s
             raise ValueError("ring attention passes K and V to the next rank point to point, which Horovod cannot "
                              "do (it has collectives only): use backend='torchrun', or attention='all_gather'")
     _check_experts(m, sizes, p, backend)
-    _check_pipeline(cfg, sizes, p, backend)
-    shares = sizes["data"] * sizes["expert"]
-    check_int("global_batch_size", t.global_batch_size)
-    check_int("micro_batches", p.micro_batches)
-    if t.global_batch_size % (shares * p.micro_batches):
-        raise ValueError(f"global_batch_size {t.global_batch_size} does not divide into {shares} shares (data x "
-                         f"expert ranks each train lines of their own) of {p.micro_batches} micro-batches")
-    if p.method not in METHODS:
-        raise ValueError(f"method={p.method!r}: the transformer's gradients go through the one gradient reducer "
-                         f"(train.reduce), by hand or fused: set method to one of {', '.join(METHODS)}"
-                         + (" ('ddp', the backend's own, is plain data parallelism's)" if p.method == "ddp" else ""))
-    check_optimizer(t.optimizer)
-    check_int("steps", t.steps)
-    check_positive("lr", t.lr)
-    check_int("seed", spec.data.seed, minimum=0)
-    check_int("test_lines", spec.data.test_lines)
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    return sizes
+
+
+LINES_ONLY = ("heads", "digits", "causal", "experts", "top_k", "capacity_factor", "aux_weight", "z_weight")
+
+
+def _check_digits(spec, sizes) -> None:
+    """Lesson 01's models on the axes they have: data, pipeline, and tensor (lesson 07's split of the depth-3
+    MLP's block); a line's settings or a context or expert axis would be silently ignored, so they are refused."""
+    m, p, defaults = spec.model, spec.parallel, TrainSpec()
+    for name in LINES_ONLY:
+        if getattr(m, name) != getattr(defaults.model, name):
+            raise ValueError(f"{name}={getattr(m, name)!r} is the transformer's; model kind {m.kind!r} has none")
+    for name in ("sequence_parallel", "use_torch", "attention", "split", "all_to_all"):
+        if getattr(p, name) != getattr(defaults.parallel, name):
+            raise ValueError(f"{name}={getattr(p, name)!r} is a lever of the transformer's axes; model kind {m.kind!r} "
+                             "has no line to split")
+    if spec.data.test_lines != defaults.data.test_lines:
+        raise ValueError("test_lines is the transformer's test set; the digits' is fixed")
+    for axis in ("context", "expert"):
+        if sizes[axis] > 1:
+            raise ValueError(f"{axis}={sizes[axis]}: model kind {m.kind!r} reads one digit, with no line to cut or "
+                             "experts to spread (the transformer has both)")
+    build_model(m.kind, m.width, depth=m.depth)          # its own checks of width and depth
+    if sizes["tensor"] > 1:
+        if m.kind != "mlp" or m.depth != 3:
+            raise ValueError("tensor parallelism here splits the depth-3 MLP's block (lesson 07): use model mlp, "
+                             "depth 3")
+        check_tensor_parallel(m.width, sizes["tensor"])
 
 
 def _check_tensor(cfg, sizes, p, backend, tokens) -> None:
@@ -113,7 +151,7 @@ def _check_experts(m, sizes, p, backend) -> None:
                              "use backend='torchrun', or all_to_all='library' (hvd.alltoall)")
 
 
-def _check_pipeline(cfg, sizes, p, backend) -> None:
+def _check_pipeline(spec, sizes, p, backend) -> None:
     if sizes["pipeline"] == 1:
         if p.schedule != "gpipe":
             raise ValueError(f"schedule={p.schedule!r} orders a pipeline's passes: give pipeline > 1")
@@ -122,8 +160,11 @@ def _check_pipeline(cfg, sizes, p, backend) -> None:
         raise ValueError("a pipeline passes activations point to point, which Horovod cannot do: "
                          "use backend='torchrun'")
     schedules.check_schedule(p.schedule, sizes["pipeline"], p.micro_batches, 1)
-    pieces = cfg.layers + 2                 # the embedding, every block, the read-out
+    m = spec.model
+    if m.kind != "transformer":
+        stages.check_stages(build_model(m.kind, m.width, depth=m.depth), sizes["pipeline"])
+        return
+    pieces = m.depth + 2                  # the embedding, every block, the read-out
     if sizes["pipeline"] > pieces:
         raise ValueError(f"{sizes['pipeline']} pipeline stages but the model has {pieces} pieces (the embedding, "
-                         f"{cfg.layers} blocks, the read-out): use at most {pieces} stages, or more blocks (depth)")
-
+                         f"{m.depth} blocks, the read-out): use at most {pieces} stages, or more blocks (depth)")

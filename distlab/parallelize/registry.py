@@ -158,8 +158,9 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              "ZeRO stage 3 with PyTorch's FSDP2", _common(*MODEL, DTYPE, OPTIMIZER)),
     Strategy("deepspeed", "distlab.zero.deepspeed_zero:train", "08", "DeepSpeed's ZeRO, stages 0-3",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("stage", "parallel.zero_stage"))),
-    Strategy("transformer", "distlab.parallelize.trainer:train", "12-13", "the line transformer (experts too) on "
-             "any data x pipeline x expert x context x tensor mesh", _spec_args(skip=NOT_THE_TRANSFORMERS),
+    Strategy("transformer", "distlab.parallelize.trainer:train", "12-13",
+             "the one trainer: the line transformer (experts too) on any data x pipeline x expert x context x "
+             "tensor mesh, the MLP on data x pipeline x tensor", _spec_args(skip=NOT_THE_TRANSFORMERS),
              shares_batch="", spec=True),
 )}
 

@@ -1,8 +1,10 @@
-"""One transformer on all five axes: the line reader trained over data x pipeline x expert x context x tensor.
+"""One trainer for every layout: the line reader on data x pipeline x expert x context x tensor, the MLP too.
 
 Introduced in lesson 12 (the line reader split by heads and by the line) and lesson 13 (its experts),
-with lesson 06's pipeline and lesson 01's data parallelism: one training function for every layout.
-``train(worker, spec)`` builds the model from the spec and its seed (``build``), splits it with the
+with lesson 06's pipeline and lesson 01's data parallelism: one training function for every layout, and
+for both families of models (``workloads``: lesson 01's MLP and CNN on the data, pipeline and tensor axes,
+lesson 12's transformer on all five).
+``train(worker, spec)`` builds the model from the spec and its seed, splits it with the
 ordered transforms (``transforms.parallelize``) and runs the one loop (``train.loop.train_steps``),
 whose step is the one micro-step (``train.step``) m times and the one gradient reducer, or, with a
 pipeline, the schedule's passes (each a half of that micro-step) and the same reducer.  ``train_single``
@@ -15,8 +17,7 @@ from contextlib import nullcontext
 
 import torch
 
-from ..data import load_digits
-from ..experts.moe import MoE, MoEConfig, add_experts
+from ..experts.moe import MoE
 from ..pipeline import schedules
 from ..train.loop import Done, Run, Strategy, train_steps
 from ..train.mesh import Mesh, check_mesh
@@ -25,14 +26,13 @@ from ..processes.cores import one_thread
 from ..processes.worker import Worker
 from ..records import RankRecord
 from ..tensor.sequence_parallel import positions
-from ..sequence.lines import LineData
-from ..sequence.transformer import TransformerConfig, build_transformer, line_loss
 from ..train.spec import TrainSpec
 from ..train.reduce import GradientReducer
 from ..train.step import make_optimizer, micro_step
 from .checks import check
 from .transforms import Layout, Parallelized, parallelize
 from .watch import Watch
+from .workloads import workload
 
 
 # lesson 12's small transformer: what a notebook's keywords start from (a run config sets every key itself)
@@ -40,28 +40,12 @@ DEFAULTS = dict(model="transformer", width=32, depth=2, steps=20, global_batch_s
                 method="fused")
 
 
-def config_of(spec: TrainSpec) -> TransformerConfig:
-    """Lesson 12: the transformer's own config from the spec (its width is d_model, its depth the blocks)."""
-    m = spec.model
-    return TransformerConfig(d_model=m.width, heads=m.heads, layers=m.depth, max_digits=m.digits, causal=m.causal)
-
-
-def build(spec: TrainSpec, device="cpu"):
-    """Lesson 12: the line reader the spec describes, drawn from its seed (the same on every rank), with a
-    mixture of ``experts`` in every block when there are any (lesson 13)."""
-    m = spec.model
-    model = build_transformer(config_of(spec), seed=spec.data.seed)
-    if m.experts:
-        add_experts(model, MoEConfig(m.experts, m.top_k, m.capacity_factor, m.aux_weight, m.z_weight), spec.data.seed)
-    return model.to(device)
-
-
 class MicroSteps(Strategy):
     """Lesson 12: a step without a pipeline: the one micro-step on each of m micro-batches (their gradients
     add up), the one gradient reducer, the update; ``watch`` writes down what happened inside."""
 
-    def __init__(self, par: Parallelized, micro_batches: int, watch: Watch | None = None):
-        self.par, self.m, self.watch = par, micro_batches, watch
+    def __init__(self, par: Parallelized, micro_batches: int, work, watch: Watch | None = None):
+        self.par, self.m, self.work, self.watch = par, micro_batches, work, watch
 
     def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = run.clock()
@@ -83,12 +67,12 @@ class MicroSteps(Strategy):
 
     @torch.no_grad()
     def finish(self, run: Run) -> None:
-        """The digit accuracy on the test lines (and how often the line's check was read right), and this
-        rank's parameters under one process's names (PyTorch's split tensors gathered whole)."""
-        device = run.worker.device
-        _, run.record.test_accuracy, check_accuracy = line_loss(*run.model(run.data.x_test.to(device)),
-                                                                run.data.y_test.to(device))
-        run.record.config["test_check_accuracy"] = check_accuracy
+        """The test accuracy (the transformer's: each digit's, and how often the line's check was read right),
+        and this rank's parameters under one process's names (PyTorch's split tensors gathered whole)."""
+        run.model.eval()
+        run.record.test_accuracy, more = self.work.evaluate(run.model, run.worker.device)
+        run.model.train()
+        run.record.config.update(more)
         if self.watch:
             self.watch.finish(run.data)
         run.record.params = {n: getattr(p, "full_tensor", lambda p=p: p)().detach().cpu().clone()
@@ -119,25 +103,19 @@ def _record(worker, spec: TrainSpec, method: str, mesh=None) -> RankRecord:
                       shard=torch.arange(0))
 
 
-def _batches(spec: TrainSpec, share: tuple[int, int]):
-    """The line numbers this rank trains at each step: its share of the step's global batch."""
-    g, (index, count) = spec.training.global_batch_size, share
-    b = g // count
-    return lambda step: torch.arange(step * g + index * b, step * g + (index + 1) * b)
-
-
 def train(worker, spec: TrainSpec) -> RankRecord:
-    """Lesson 12: the line reader trained on this rank's place in the mesh ``spec.parallel.mesh``.
+    """Lesson 12: the model of ``spec`` (the line reader, or lesson 01's MLP or CNN: ``workloads``) trained on
+    this rank's place in the mesh ``spec.parallel.mesh``.
 
     The record's ``params`` are what this rank trains, under one process's names (``assemble`` puts a
     job's together); ``config`` holds the spec, the mesh and this rank's coordinates; ``traffic`` the bytes
     the split blocks' collectives carried in the last step."""
     mesh = Mesh(worker, **spec.parallel.mesh)
-    data = LineData(load_digits(), spec.model.digits, spec.data.seed, test_size=spec.data.test_lines)
-    model = build(spec, worker.device)
-    par = parallelize(model, worker, mesh, spec, data.x_test[:1].to(worker.device))
+    work = workload(spec)
+    model = work.build(worker.device)
+    par = parallelize(model, worker, mesh, spec, work.data.x_test[:1].to(worker.device))
     what = describe_layout(spec, mesh.sizes)
-    record = _record(worker, spec, f"transformer: {what}", mesh)
+    record = _record(worker, spec, f"{spec.model.kind}: {what}", mesh)
     optimizer = make_optimizer(spec.training.optimizer, par.params.values(), spec.training.lr, foreach=False)
     m = spec.parallel.micro_batches
     if par.stage is not None:
@@ -146,9 +124,10 @@ def train(worker, spec: TrainSpec) -> RankRecord:
         strategy, net = PipelineSchedule(par.stage, ops, m, lambda params: par.reducer.reduce()), None
         run_model = par.params
     else:
-        strategy, net, run_model = MicroSteps(par, m, Watch(model, par.layout, record)), model, model
-    run = Run(worker, data, None, None, run_model, net, optimizer, record)
-    return train_steps(run, strategy, spec.training.steps, _batches(spec, mesh.share()))
+        watch = Watch(model, par.layout, record) if spec.model.kind == "transformer" else None
+        strategy, net, run_model = MicroSteps(par, m, work, watch), model, model
+    run = Run(worker, work.data, *work.tensors(worker.device), run_model, net, optimizer, record)
+    return train_steps(run, strategy, spec.training.steps, work.batches(mesh.share()))
 
 
 def reference_groups(model, spec: TrainSpec, world_size: int) -> None:
@@ -173,26 +152,27 @@ def train_single(spec: TrainSpec | None = None, *, world_size: int = 1, **settin
     spec = spec if spec is not None else spec_of(**settings)
     check(world_size, spec)
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"))
-    data = LineData(load_digits(), spec.model.digits, spec.data.seed, test_size=spec.data.test_lines)
-    model = build(spec)
+    work = workload(spec)
+    model = work.build()
     reference_groups(model, spec, world_size)
     params = dict(model.named_parameters())
     layout = Layout(alone, None, spec)
     par = Parallelized(model, layout, params, GradientReducer(alone, params))      # nothing to split or reduce
-    record = _record(alone, spec, "transformer, one process")
+    record = _record(alone, spec, f"{spec.model.kind}, one process")
     optimizer = make_optimizer(spec.training.optimizer, model.parameters(), spec.training.lr, foreach=False)
-    run = Run(alone, data, None, None, model, model, optimizer, record)
+    run = Run(alone, work.data, *work.tensors("cpu"), model, model, optimizer, record)
+    watch = Watch(model, layout, record) if spec.model.kind == "transformer" else None
     with one_thread():
-        return train_steps(run, MicroSteps(par, 1, Watch(model, layout, record)), spec.training.steps,
-                           _batches(spec, (0, 1)))
+        return train_steps(run, MicroSteps(par, 1, work, watch), spec.training.steps, work.batches((0, 1)))
 
 
 def assemble(records: list[RankRecord]) -> dict[str, torch.Tensor]:
     """Lesson 12: the whole model's parameters from a job's records, under one process's names: a tensor-
     parallel group's slices joined along the dimension each was cut, everything else from the first rank
     that holds it (the copies in other replicas are equal)."""
-    from ..tensor.heads_split import SPLIT
+    from .workloads import Digits, Lines
 
+    SPLIT = (Lines if records[0].config["model"] == "transformer" else Digits).split
     whole: dict[str, torch.Tensor] = {}
     by_name: dict[str, dict] = {}
     for r in sorted(records, key=lambda r: r.rank):

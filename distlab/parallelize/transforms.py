@@ -7,7 +7,7 @@ whole model from the same seed, then each way of splitting is one transform, app
 =============  ===========================================================================================
 ``tensor``     each block's heads and hidden units across the tensor group, by hand or with PyTorch's
                ``parallelize_module``; with sequence parallelism, the line between them in pieces
-               (``tensor.heads_split.parallelize``)
+               (``tensor.heads_split.parallelize``); lesson 07's MLP block (``tensor.tensor_parallel``)
 ``context``    the line in pieces across the context group, attention reaching the others' keys by a
                ring or an all-gather (``context.context_parallel.parallelize``)
 ``expert``     every mixture of experts spread over the expert group, tokens travelling by all-to-all
@@ -34,12 +34,13 @@ from ..experts import expert_parallel
 from ..pipeline import pipeline, stages
 from ..tensor.tensor_parallel import Traffic
 from ..context import context_parallel
-from ..tensor import heads_split as sequence_tp
+from ..tensor import heads_split, tensor_parallel
 from ..train.reduce import GradientReducer
 
 # (axis, transform) in the order they are applied; each is a no-op when its axis has one rank
-TRANSFORMS = (("tensor", sequence_tp.parallelize), ("context", context_parallel.parallelize),
-              ("expert", expert_parallel.parallelize))
+# (the tensor axis has one for each family of models: lesson 07's MLP block, lesson 12's transformer blocks)
+TRANSFORMS = (("tensor", tensor_parallel.parallelize), ("tensor", heads_split.parallelize),
+              ("context", context_parallel.parallelize), ("expert", expert_parallel.parallelize))
 
 
 @dataclass

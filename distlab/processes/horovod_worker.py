@@ -66,10 +66,6 @@ class HorovodWorker(Worker):
                                          process_set=self._set(group))
         return self._finish(handle, "reduce_scatter", lambda out: out, async_op)
 
-    def all_to_all(self, tensor, group=None):
-        n = self.pieces(tensor, group)             # equal pieces: the uneven exchange's simplest case
-        return self.all_to_all_v(tensor, [len(tensor) // n] * n, [len(tensor) // n] * n, group)
-
     def all_to_all_v(self, tensor, send_counts, recv_counts, group=None):
         if self.alone(group):
             return tensor.clone()

@@ -79,10 +79,6 @@ class TorchWorker(Worker):
                                                                 group=_pg(group), async_op=True)]
         return self._finish("reduce_scatter", works, lambda: out.div_(n) if op == "avg" else out, async_op)
 
-    def all_to_all(self, tensor, group=None):
-        n = self.pieces(tensor, group)             # equal pieces: the uneven exchange's simplest case
-        return self.all_to_all_v(tensor, [len(tensor) // n] * n, [len(tensor) // n] * n, group)
-
     def all_to_all_v(self, tensor, send_counts, recv_counts, group=None):
         if self.alone(group):
             return tensor.clone()

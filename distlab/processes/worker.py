@@ -152,8 +152,10 @@ class Worker:
 
     def all_to_all(self, tensor: torch.Tensor, group: Group | None = None) -> torch.Tensor:
         """Cut ``tensor`` along dim 0 into ``len(group)`` pieces, send piece ``i`` to member ``i``;
-        return the pieces received, in the members' order (expert parallelism's exchange)."""
-        raise NotImplementedError
+        return the pieces received, in the members' order (expert parallelism's exchange): the uneven
+        exchange's simplest case, equal pieces."""
+        n = self.pieces(tensor, group)
+        return self.all_to_all_v(tensor, [len(tensor) // n] * n, [len(tensor) // n] * n, group)
 
     def all_to_all_v(self, tensor: torch.Tensor, send_counts, recv_counts, group: Group | None = None) -> torch.Tensor:
         """Lesson 13: an all-to-all whose pieces differ in size (MPI's Alltoallv): the first

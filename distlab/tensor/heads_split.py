@@ -120,7 +120,7 @@ def parallelize(model: LineReader, layout) -> None:
     parallelism the line between the split regions is cut across the same ranks, so every parameter that
     is not split and not in the read-out heads now holds a part of its gradient per tensor rank."""
     mesh, spec, worker = layout.mesh, layout.spec.parallel, layout.worker
-    if mesh.size("tensor") == 1:
+    if mesh.size("tensor") == 1 or not isinstance(model, LineReader):
         return
     group = mesh.group("tensor")
     if spec.use_torch:

@@ -152,6 +152,18 @@ def parallel_mlp(whole: nn.Sequential, worker, group, traffic: Traffic) -> nn.Se
     return type(whole)(layers)
 
 
+def parallelize(model, layout) -> None:
+    """Lesson 07's split as the tensor axis's transform of the one trainer (``parallelize.transforms``): the
+    depth-3 MLP's block, ``fc2`` column-wise and ``fc3`` row-wise, across the mesh's tensor group, in place.
+    Every rank of the group sees the same samples, so the layers it keeps whole get the same gradient on
+    every rank: no mark, nothing more to reduce along the tensor axis."""
+    if layout.mesh.size("tensor") == 1 or not hasattr(model, "fc3") or not hasattr(model, "loss"):
+        return
+    group = layout.mesh.group("tensor")
+    model.fc2 = ColumnParallelLinear(model.fc2, layout.worker, group, layout.traffic)
+    model.fc3 = RowParallelLinear(model.fc3, layout.worker, group, layout.traffic)
+
+
 def merge_params(per_rank: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Lesson 07: the whole model's parameters from every rank's slices (in rank order)."""
     return {name: torch.cat([p[name] for p in per_rank], dim=SPLIT[name]) if name in SPLIT
