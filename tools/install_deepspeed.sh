@@ -21,7 +21,7 @@ if ! "$PY" -c "import deepspeed" 2>/dev/null; then
 fi
 "$PY" - <<'PYTHON'
 import time
-from distlab.parallel import deepspeed_zero
+from distlab.zero import deepspeed_zero
 
 reason = deepspeed_zero.available()          # sets DS_ACCELERATOR and TORCH_EXTENSIONS_DIR
 if reason:
