@@ -50,7 +50,7 @@ class Arg:
 
 
 @dataclass(frozen=True)
-class Strategy:
+class Recipe:
     """Lesson 09: one strategy a config can name: its training function and its arguments.
 
     ``target`` is ``"module:function"``, the module's full path (imported lazily);
@@ -126,53 +126,53 @@ DTYPE = Arg("dtype", "training.dtype")
 OPTIMIZER = Arg("optimizer", "training.optimizer")
 PIPELINE = (Arg("micro_batches", "parallel.micro_batches"), Arg("schedule", "parallel.schedule"))
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("data", "distlab.data_parallel.data_parallel:train", "01",
+STRATEGIES: dict[str, Recipe] = {s.name: s for s in (
+    Recipe("data", "distlab.data_parallel.data_parallel:train", "01",
              "data parallelism: every rank a full copy, gradients averaged",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("method", "parallel.method"), Arg("dataset", "data.dataset"),
                      Arg("samples", "data.samples"), Arg("data_root", "data.root")),
              fixed={"record_grads_at": ()}),
-    Strategy("local_sgd", "distlab.data_parallel.local_sgd:train", "04",
+    Recipe("local_sgd", "distlab.data_parallel.local_sgd:train", "04",
              "talk every k steps: local SGD or gradient accumulation",
              _common(*MODEL[:1], DTYPE, Arg("k", "parallel.local_steps"), Arg("average", "parallel.average"),
                      batch="rank")),
-    Strategy("async_sgd", "distlab.data_parallel.async_sgd:train", "04",
+    Recipe("async_sgd", "distlab.data_parallel.async_sgd:train", "04",
              "asynchronous SGD: rank 0 serves the parameters",
              _common(*MODEL[:1], DTYPE, batch="worker"), shares_batch="worker"),
-    Strategy("pipeline", "distlab.pipeline.pipeline:train", "06",
+    Recipe("pipeline", "distlab.pipeline.pipeline:train", "06",
              "the model cut into stages, one a rank (every schedule)",
              _common(*MODEL, DTYPE, *PIPELINE, Arg("chunks", "parallel.chunks")), stages_are_ranks="pipeline",
              shares_batch=""),
-    Strategy("torch_pipeline", "distlab.pipeline.torch_pipeline:train", "06",
+    Recipe("torch_pipeline", "distlab.pipeline.torch_pipeline:train", "06",
              "the same pipeline through torch.distributed."
              "pipelining", _common(*MODEL, DTYPE, *PIPELINE), stages_are_ranks="pipeline", shares_batch=""),
-    Strategy("tensor", "distlab.tensor.tensor_parallel:train", "07",
+    Recipe("tensor", "distlab.tensor.tensor_parallel:train", "07",
              "tensor parallelism: the depth-3 MLP's block split",
              _common(DTYPE), stages_are_ranks="tensor", shares_batch=""),
-    Strategy("3d", "distlab.parallelize.mesh_3d:train", "07", "a data x pipeline x tensor grid of ranks",
+    Recipe("3d", "distlab.parallelize.mesh_3d:train", "07", "a data x pipeline x tensor grid of ranks",
              _common(Arg("depth", "model.depth"), Arg("pipeline", "parallel.pipeline"),
                      Arg("tensor", "parallel.tensor"), *PIPELINE), shares_batch=""),
-    Strategy("zero", "distlab.zero.zero:train", "08", "ZeRO stages 0-2 written by hand",
+    Recipe("zero", "distlab.zero.zero:train", "08", "ZeRO stages 0-2 written by hand",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("stage", "parallel.zero_stage"))),
-    Strategy("fsdp", "distlab.zero.fsdp:train", "08",
+    Recipe("fsdp", "distlab.zero.fsdp:train", "08",
              "ZeRO stage 3 with PyTorch's FSDP2", _common(*MODEL, DTYPE, OPTIMIZER)),
-    Strategy("deepspeed", "distlab.zero.deepspeed_zero:train", "08", "DeepSpeed's ZeRO, stages 0-3",
+    Recipe("deepspeed", "distlab.zero.deepspeed_zero:train", "08", "DeepSpeed's ZeRO, stages 0-3",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("stage", "parallel.zero_stage"))),
-    Strategy("transformer", "distlab.parallelize.trainer:train", "12-13",
+    Recipe("transformer", "distlab.parallelize.trainer:train", "12-13",
              "the one trainer: the line transformer (experts too) on any data x pipeline x expert x context x "
              "tensor mesh, the MLP on data x pipeline x tensor", _spec_args(skip=NOT_THE_TRANSFORMERS),
              shares_batch="", spec=True),
 )}
 
 
-def get(name: str) -> Strategy:
+def get(name: str) -> Recipe:
     """Lesson 09: the strategy called ``name``, or an error listing the names there are."""
     if name not in STRATEGIES:
         raise ValueError(f"no strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
     return STRATEGIES[name]
 
 
-def of_function(fn) -> Strategy | None:
+def of_function(fn) -> Recipe | None:
     """Lesson 09: the strategy whose training function is ``fn`` (``config.from_launch``)."""
     target = f"{getattr(fn, '__module__', '')}:{getattr(fn, '__name__', '')}"
     return next((s for s in STRATEGIES.values() if s.target == target and s.fn is fn), None)
@@ -199,7 +199,7 @@ def unused_fields(name: str, config) -> list[str]:
     return out
 
 
-def check_supports(strategy: Strategy, backend: str, device: str, *, checkpoint: bool, fault: bool) -> None:
+def check_supports(strategy: Recipe, backend: str, device: str, *, checkpoint: bool, fault: bool) -> None:
     """Issue 27 (lessons 09-10): a config's backend, device, checkpoint and fault against ``fn.supports``.
 
     The same check ``launch`` makes (``processes.arguments.check_capabilities``), with the config's
