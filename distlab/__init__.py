@@ -5,7 +5,8 @@ it); every module names the lesson that introduces it.  How a run is put togethe
 
 - ``data``, ``models``, ``records``, ``checks``   the core: the digits and their partitions, the MLP and
                   CNN (each owning its loss), the plain records every run returns, and the checks every
-                  setting gets (lesson 01); ``datasets`` and ``distorted``: more handwriting (lesson 05)
+                  setting gets (lesson 01); ``verdict``: the course's one rule for naming a winner over
+                  independent runs (lesson 01); ``datasets`` and ``distorted``: more handwriting (lesson 05)
 - ``processes/``  starting ranks and the backends they talk through: warm ranks (lesson 00), the
                   ``Worker`` interface with its (asynchronous) collectives, torchrun (lesson 01) and Horovod
                   (lesson 02)
