@@ -6,7 +6,8 @@ it); every module names the lesson that introduces it.  How a run is put togethe
 - ``data``, ``models``, ``records``, ``checks``   the core: the digits and their partitions, the MLP and
                   CNN (each owning its loss), the plain records every run returns, and the checks every
                   setting gets (lesson 01); ``verdict``: the course's one rule for naming a winner over
-                  independent runs (lesson 01); ``datasets`` and ``distorted``: more handwriting (lesson 05)
+                  independent runs (lesson 01); ``stepwise``: ``compare``, two runs step by step, where they part
+                  (lesson 01); ``datasets`` and ``distorted``: more handwriting (lesson 05)
 - ``processes/``  starting ranks and the backends they talk through: warm ranks (lesson 00), the
                   ``Worker`` interface with its (asynchronous) collectives, torchrun (lesson 01) and Horovod
                   (lesson 02)
@@ -35,9 +36,10 @@ from .processes.pool import retire as shutdown
 from .processes.devices import choose_device
 from .processes.worker import Worker
 from .records import RankRecord, StepRecord, max_param_difference, throughput
+from .stepwise import compare, snapshot
 
 __all__ = ["launch", "shutdown", "WorkerError", "PortInUseError", "bind_arguments", "RankRecord", "StepRecord",
-           "max_param_difference", "throughput", "Worker", "choose_device"]
+           "max_param_difference", "throughput", "compare", "snapshot", "Worker", "choose_device"]
 __version__ = "0.1.0"
 
 
