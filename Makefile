@@ -4,7 +4,7 @@
 #   make test       create .venv if needed, install everything, run the whole test suite
 # and four for the people who change the course:
 #   make notebooks  sync each lesson's (and solution's) .ipynb with its text twin (notebooks_text/,
-#                   course/solutions_text/), then re-execute them all
+#                   course/solutions_text/), then re-execute them all, in order, in one sitting
 #   make nbval      run every lesson and solution under nbval here, without Binder's limits
 #                   (make test runs them under nbval once, inside the simulated Binder: tests/test_binder.py)
 #   make bench      run every benchmark in bench/ (each prints its GOAL lines)
@@ -38,11 +38,7 @@ lint: setup-test
 LESSONS := notebooks/*.ipynb course/solutions/*.ipynb
 
 notebooks: setup-test
-	$(PY) -m jupytext --sync $(LESSONS)
-	for nb in $(LESSONS); do \
-	  $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; done
-	$(PY) -m jupytext --sync $(LESSONS)
+	$(PY) tools/run_course.py     # lessons in order in one sitting, then the solutions in another
 	$(PY) tools/course_time.py >/dev/null   # course/README.md: reading and run times from these runs
 
 nbval: setup-test

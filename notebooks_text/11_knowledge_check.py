@@ -13,14 +13,21 @@
 # 3. puts them together into the answer for the company.
 #
 # Run the lessons first; a question about a lesson you skipped says which one to run.
+#
+# Everything below comes from **one sitting**: the results your lessons kept since the results file
+# began (or since `course_results.new_sitting()`). A lesson last run in another sitting is named, not
+# quoted, so this lesson never mixes a Tuesday run with a Friday one.
 
 # %% tags=["nbval-ignore-output"]
 from distlab.course import results as course_results
 from distlab.course import knowledge_check as check
 
-stored = course_results.load()
-print("lessons with stored results (and when each ran):",
+stored = course_results.this_sitting()
+print(f"sitting {course_results.sitting()}: lessons with results (and when each ran):",
       ", ".join(f"{k} ({v.get('when', '?')})" for k, v in sorted(stored.items())) or "none yet")
+elsewhere = sorted(set(course_results.load()) - set(stored))
+if elsewhere:
+    print("from another sitting, not used here (run them again):", ", ".join(elsewhere))
 
 # %% [markdown]
 # ## 1. Dividing the work (lessons 01, 06, 08)
@@ -143,7 +150,10 @@ check.zero2_bytes_per_parameter(my_bytes, world_size=8)
 # %% [markdown]
 # ## 10. A cluster or a cloud (lesson 09)
 #
-# Which `distlab` command writes an Azure Machine Learning job for the config `run.yaml`?
+# Which `distlab` command writes an Azure Machine Learning job for the config `run.yaml`? Like the
+# config lesson 09 wrote, it names no container image yet; the image to use is
+# `myregistry.azurecr.io/distlab:0.1`. The checker runs your command for real, in a scratch
+# folder holding such a `run.yaml`, so any spelling distlab accepts is right.
 
 # %%
 my_command = ...
@@ -216,7 +226,7 @@ check.expert_troubles(my_fixes)
 from distlab.widgets.course import course_figure
 from distlab.widgets.display import show
 
-show(course_figure(course_results.load()))
+show(course_figure(stored))
 
 # %% [markdown]
 # ## 15. The answer for the insurance company
@@ -226,8 +236,8 @@ show(course_figure(course_results.load()))
 
 # %% tags=["nbval-ignore-output"]
 def line(lesson, text):
-    found = course_results.load().get(lesson)
-    print(f"- lesson {lesson}: " + (text(found) if found else "not run yet: run it to fill in this line"))
+    found = stored.get(lesson)
+    print(f"- lesson {lesson}: " + (text(found) if found else "not run in this sitting: run it to fill in this line"))
 
 
 line("01", lambda r: f"distributing does not change what is learned: {r['world_size']} ranks ended "

@@ -125,8 +125,11 @@ CASES = {
     "11 best regime": (exc.best_regime, dict(results=STORED["05"]), "probe", "worst", "probe 0.88"),
     "11 ZeRO-3 saving": (exc.zero3_saving, dict(results=STORED["08"]), 2.0, 1, "all of it"),
     "11 failure cost": (exc.failure_cost, dict(results=STORED["10"]), 5, 0, "trained again"),
-    "11 Azure ML command": (exc.azure_ml_command, {}, "distlab job azureml run.yaml", "distlab run run.yaml",
-                            "writes a job"),
+    "11 Azure ML command": (exc.azure_ml_command, {},
+                            "distlab job azureml run.yaml --set launch.image=myregistry.azurecr.io/distlab:0.1",
+                            "distlab run run.yaml", "writes a job"),
+    "11 Azure ML command, no image": (exc.azure_ml_command, {}, "distlab job azureml --set launch.image=r.io/d:1 "
+                                      "-o job.yml run.yaml", "distlab job azureml run.yaml", "needs launch.image"),
     "11 Horovod fusion": (exc.horovod_fusion, dict(tensors=6), 1, 6, "packs the tensors ready in one cycle"),
     "11 1F1B against GPipe": (exc.pipeline_schedule, dict(stages=4, micro_batches=8), "memory", "bubble",
                               "holds 4 micro-batches' activations instead of 8"),
@@ -151,6 +154,14 @@ def test_checker_accepts_the_solution_and_explains_a_wrong_answer(case, capsys):
     assert checker(wrong, **context) is False
     said = capsys.readouterr().out
     assert "not quite" in said and why in said, said
+
+
+@pytest.mark.parametrize("command", ["horovodrun -np 4 -H localhost:4 --gloo python train.py",
+                                     "horovodrun --gloo -np 4 -H localhost:4", "horovodrun -np 4 --gloo python x.py",
+                                     "horovodrun --num-proc=4 --gloo --hosts localhost:4 python train.py"])
+def test_every_correct_spelling_of_a_command_is_right(command):
+    """Issue 37: words compared in order marked `horovodrun -np 4 -H localhost:4 --gloo` wrong."""
+    assert ex.horovodrun_start(command, "horovodrun -np 4 --gloo -H localhost:4".split()) is True
 
 
 def test_a_part_left_as_placeholder_is_not_answered_yet(capsys):

@@ -101,11 +101,16 @@ assert check.zero3_saving(held["0"] / held["3"], lesson08)
 assert check.zero2_bytes_per_parameter(2 + 14 / 8, world_size=8)
 
 # %% [markdown]
-# **10.** `distlab job azureml run.yaml` (add `-o job.yml` to write it to a file). And the world
+# **10.** `distlab job azureml run.yaml --set launch.image=myregistry.azurecr.io/distlab:0.1` (add
+# `-o job.yml` to write it to a file; the options may come in any order). Without the image distlab
+# refuses, as lesson 09 showed: a cluster cannot pull `distlab:latest` from your laptop. And the world
 # size is `launch.nodes` x `launch.processes_per_node`, 8 ranks sharing the global batch of 96.
 
 # %%
-assert check.azure_ml_command("distlab job azureml run.yaml")
+assert check.azure_ml_command("distlab job azureml run.yaml --set launch.image=myregistry.azurecr.io/distlab:0.1")
+assert check.azure_ml_command("distlab job azureml --set launch.image=myregistry.azurecr.io/distlab:0.1 -o job.yml "
+                              "run.yaml")
+assert check.azure_ml_command("distlab job azureml run.yaml") is False     # refused: no image
 assert check.per_rank_batch_from_config(96 // (2 * 4), nodes=2, processes_per_node=4, global_batch_size=96)
 
 # %% [markdown]

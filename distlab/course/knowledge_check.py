@@ -98,10 +98,16 @@ def failure_cost(answer, results: dict | None) -> bool | None:
 
 
 def azure_ml_command(answer) -> bool | None:
-    """Lesson 11 (lesson 09): the command that writes an Azure ML job for ``run.yaml``."""
-    return check("Azure ML command", answer, "distlab job azureml run.yaml", hints={
-        "distlab run run.yaml": "that trains here; which command writes a job for a scheduler?"},
-        otherwise="`distlab job TARGET CONFIG` writes a job file; the targets are azureml, slurm and k8s.")
+    """Lesson 11 (lesson 09): a command that writes an Azure ML job for ``run.yaml``, a config like lesson 09's
+    that names no image yet (lesson 11 gives one to use).  Run for real by ``commands.distlab_job``: every
+    spelling distlab accepts is right; without ``launch.image`` distlab refuses, and the checker shows why."""
+    import yaml
+
+    from ..cluster.config import RunConfig
+    from .commands import distlab_job
+
+    config = yaml.safe_dump(RunConfig().model_dump(mode="json"), sort_keys=False)
+    return distlab_job(answer, config, target="azureml", config_file="run.yaml")
 
 
 def horovod_fusion(answer, tensors: int = 6) -> bool | None:

@@ -10,13 +10,25 @@ made up in its place.
 One small JSON file, ``~/.distlab/course_results.json`` (``DISTLAB_RESULTS`` names another),
 rewritten whole on every change (written, then renamed: never half a file), under a lock: two
 lessons open at once (or run side by side, as the test suite does) never lose each other's results.
+
+**One sitting.**  A course that quotes itself must quote one set of runs: lesson 11 built from a
+lesson 05 run on Tuesday and a lesson 10 run on Friday could contradict what the stored lessons show.
+Every entry carries its *sitting*: ``DISTLAB_SITTING`` when set (``tools/run_course.py`` sets one for
+a whole in-order execution of the course), otherwise the results file's own (a learner's file is
+one sitting until ``new_sitting()`` starts another).  Lesson 11 reads only this sitting's entries
+(``this_sitting``) and says which lessons to run again.  Each ``remember`` also leaves its values in
+the cell's output (a JSON part JupyterLab does not draw), so a test can check that every number
+lesson 11 quotes equals what the stored lesson kept (``tests/test_one_sitting.py``).
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import secrets
 import time
+
+MIMETYPE = "application/vnd.distlab.results+json"   # the values a cell kept, in its stored output
 
 
 def results_path() -> str:
@@ -24,14 +36,43 @@ def results_path() -> str:
                                                              "course_results.json")
 
 
-def load() -> dict:
-    """Lesson 11: everything remembered so far, by lesson (``{}`` when nothing yet, or the file is unreadable)."""
+def _read() -> dict:
     try:
         with open(results_path()) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def load() -> dict:
+    """Lesson 11: everything remembered so far, by lesson (``{}`` when nothing yet, or the file is unreadable)."""
+    return {k: v for k, v in _read().items() if not k.startswith("_")}
+
+
+def sitting() -> str:
+    """Lesson 11: the sitting results are kept in now: ``DISTLAB_SITTING``, else the file's (made on first use)."""
+    return os.environ.get("DISTLAB_SITTING") or _read().get("_sitting") or "none yet"
+
+
+def new_sitting(name: str | None = None) -> str:
+    """Lesson 11: start a new sitting in the results file (the old entries stay, marked as another sitting's)."""
+    name = name or time.strftime("%Y-%m-%d %H:%M:%S") + "-" + secrets.token_hex(2)
+    _update(lambda data: data.__setitem__("_sitting", name))
+    return name
+
+
+def _update(change) -> dict:
+    path = results_path()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # read, change, write: one lesson at a time
+        data = _read()
+        change(data)
+        with open(f"{path}.{os.getpid()}.tmp", "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(f"{path}.{os.getpid()}.tmp", path)
+    return data
 
 
 def remember(lesson: str, **values) -> None:
@@ -41,21 +82,52 @@ def remember(lesson: str, **values) -> None:
     a lesson may remember from several cells (lesson 05 stores its speedups, later its compute
     ratios and its more-data measurements), and a later cell must not erase an earlier one's.
     """
-    entry = {**json.loads(json.dumps(values)), "when": time.strftime("%Y-%m-%d %H:%M")}
-    path = results_path()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(f"{path}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)          # read, change, write: one lesson at a time
-        data = load()
-        data[lesson] = {**data.get(lesson, {}), **entry}
-        with open(f"{path}.{os.getpid()}.tmp", "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(f"{path}.{os.getpid()}.tmp", path)
+    kept = json.loads(json.dumps(values))
+
+    def change(data):
+        if not os.environ.get("DISTLAB_SITTING") and "_sitting" not in data:
+            data["_sitting"] = time.strftime("%Y-%m-%d %H:%M:%S") + "-" + secrets.token_hex(2)
+        now = os.environ.get("DISTLAB_SITTING") or data["_sitting"]
+        old = data.get(lesson, {})
+        base = old if old.get("sitting") == now else {}        # another sitting's values are not mixed in
+        data[lesson] = {**base, **kept, "when": time.strftime("%Y-%m-%d %H:%M"), "sitting": now}
+
+    data = _update(change)
+    _show(lesson, kept, data[lesson]["sitting"])
+
+
+def _show(lesson: str, kept: dict, where: str) -> None:
+    """In a notebook: one line naming what was kept, and the values themselves in a JSON part of the output."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    said = (f"lesson 11 reads lessons {', '.join(sorted(kept)) or 'none'} (sitting {where})" if lesson == "11 reads"
+            else f"kept for lesson 11 (lesson {lesson}, sitting {where}): {', '.join(kept)}")
+    display({MIMETYPE: {"lesson": lesson, "sitting": where, "values": kept}, "text/plain": said}, raw=True)
 
 
 def recall(lesson: str) -> dict | None:
-    """Lesson 11: what lesson ``lesson`` measured, or None (with a line saying which lesson to run)."""
+    """Lesson 11: what lesson ``lesson`` measured in this sitting, or None (with a line saying which lesson to run)."""
     found = load().get(lesson)
     if found is None:
         print(f"(nothing stored from lesson {lesson} yet: run that lesson, then come back)")
+        return None
+    if found.get("sitting") != sitting():
+        print(f"(lesson {lesson}'s results come from another sitting ({found.get('sitting', 'unmarked')}, "
+              f"{found.get('when', '?')}), not this one ({sitting()}): run lesson {lesson} again, so that "
+              "the course quotes one set of runs)")
+        return None
+    return found
+
+
+def this_sitting() -> dict:
+    """Lesson 11: every lesson's results from this sitting, and nothing from another; in a notebook the
+    values read are also left in the cell's output (the JSON part), for the one-sitting test."""
+    now = sitting()
+    found = {k: v for k, v in load().items() if v.get("sitting") == now}
+    _show("11 reads", {k: {n: x for n, x in v.items() if n not in ("when", "sitting")} for k, v in found.items()}, now)
     return found
