@@ -97,7 +97,8 @@ def test_modules_are_short_and_name_their_lesson(path):
     assert re.search(r"[Ll]essons? \d\d", doc), f"{path.name}: its docstring does not name its lesson"
 
 
-CORE = {"__init__", "checks", "cli", "data", "datasets", "distorted", "doctor", "models", "records", "stepwise", "verdict"}
+CORE = {"__init__", "checks", "cli", "data", "datasets", "distorted", "doctor", "models", "records", "stepwise",
+        "verdict"}
 
 
 def test_the_package_root_holds_only_the_core():

@@ -37,7 +37,7 @@ def test_lesson_11_quotes_the_stored_lessons_of_its_own_sitting(which):
             assert part["sitting"] == sitting, (f"{which}: lesson {lesson} was stored in sitting {part['sitting']}, "
                                                 f"lesson 11 in {sitting}: re-run the course (tools/run_course.py)")
             stored.update(part["values"])
-        assert stored == values, f"{which}: lesson 11 quotes lesson {lesson}'s values that its stored output does not show"
+        assert stored == values, f"{which}: lesson 11 quotes values of lesson {lesson} its stored output does not show"
 
 
 def test_a_sitting_keeps_its_own_results_and_names_the_others(tmp_path, monkeypatch, capsys):
