@@ -6,7 +6,7 @@
 # Ten lessons measured pieces of the answer on real processes. This one
 #
 # 1. checks what you took from every lesson, 00 to 10 (and 12, 13 if you took them), with short
-#    questions, several of them about **your own runs**: the checkers read what lessons 01, 04, 05, 08 and 10 stored when you ran
+#    questions, several of them about **your own runs**: the checkers read what lessons 01, 04, 05, 05b, 08 and 10 stored when you ran
 #    them (`distlab.course.results`, a small file in your home folder), so your right answers may
 #    differ from your neighbour's;
 # 2. draws your measurements across the course in one figure;
@@ -94,7 +94,8 @@ check.straggler_wait(my_wait, lesson04)
 #
 # Lesson 05 measured three regimes on 1 and 2 ranks (`worst`, `probe`, `best`: how much
 # arithmetic each step does per byte of gradient). Which one gained most from the second rank
-# **in your run**? (Where its repeats overlap with another regime's, the checker accepts either.)
+# **in your run**? (Where the verdict rule of lesson 01 cannot tell it from another regime over
+# your repeats, the checker accepts either.)
 
 # %% tags=["nbval-ignore-output"]
 lesson05 = course_results.recall("05")
@@ -243,13 +244,19 @@ def line(lesson, text):
 line("01", lambda r: f"distributing does not change what is learned: {r['world_size']} ranks ended "
                      f"{r['max_param_difference']:.1e} from one big-batch process; test accuracy "
                      f"{r['test_accuracy']['ranks']:.3f} against {r['test_accuracy']['one_process']:.3f}.")
+from distlab.verdict import against
+
+
 def speed(r):
-    ranges = r.get("speedup_2_ranks_repeats", {})
-    shown = ", ".join(f"{k} {v:.2f}" + (f" ({ranges[k][0]:.2f} to {ranges[k][1]:.2f})" if k in ranges else "")
-                      for k, v in r["speedup_2_ranks"].items())
-    clear = [k for k in ranges if ranges[k][0] > 1]
-    text = (f"a second rank paid off, in every repeat, in {', '.join(clear)}" if clear
-            else "in no regime did a second rank pay off in every repeat") + f" (speedup on 2 ranks: {shown})"
+    """Lesson 05's speed-ups, each judged by the course's one rule over its repeats."""
+    runs = r.get("speedup_2_ranks_runs", {})
+    parts = []
+    for k, v in r["speedup_2_ranks"].items():
+        said = against(runs[k], 1.0, names=("2 ranks", "1 process"), log=True) if k in runs else None
+        word = ("no verdict: no repeats stored" if said is None else "a clear gain" if said.winner == "2 ranks"
+                else "a clear loss" if said.winner else "no clear difference")
+        parts.append(f"{k} {v:.2f} ({word})")
+    text = "speed-up of 2 ranks over one process, median of the repeats: " + ", ".join(parts)
     if "compute_ratio_2_ranks" in r:
         text += ("; each rank's compute per step at 2 ranks, over one process's: "
                  + ", ".join(f"{k} {v:.2f}" for k, v in r["compute_ratio_2_ranks"].items()) + " (ideal 0.50)")
@@ -257,18 +264,15 @@ def speed(r):
 
 
 def more_data(r):
-    found = r.get("more_data")
-    if not found:
-        return "more data: not measured yet: run lesson 05's section on more data to fill in this line"
-    from distlab.measure.more_data import speed_verdict     # lesson 05's verdict, with its spread
-    text = "; ".join(f"{g['model']} {g['points']:+.1f} points of test accuracy from {g['smallest']:,} to "
-                     f"{g['largest']:,} training samples ({g['verdict']}, twice the spread over seeds "
-                     f"{g['twice_spread']:.1f})" for g in found["gain"].values())
-    verdict = speed_verdict(found["speedup_to_target"], found.get("probe_ceiling"))
-    return f"more data: {text}; to {found['target']:.0%} test accuracy, 2 ranks against 1: {verdict}"
+    """Lesson 05b's learning curve and time to target, as its verdicts said them."""
+    curve = "; ".join(f"{v['dataset']}, {v['small']:,} -> {v['large']:,} training digits: {v['said']}"
+                      for v in r["curve"]["verdicts"])
+    t = r["time_to_target"]
+    return (f"more data, read for a fixed number of epochs: {curve}. To {t['target']:.0%} test accuracy on "
+            f"{t['samples']:,} digits: {t['sooner']}")
 
 
-line("05", more_data)
+line("05b", more_data)
 line("05", lambda r: f"whether it pays depends on the arithmetic per byte sent and on whether the compute "
                      f"really splits: in your run {speed(r)}.")
 line("04", lambda r: f"every rank waits for the slowest: a rank {r['straggler_seconds'] * 1e3:.0f} ms slower made "

@@ -58,20 +58,26 @@ def straggler_wait(answer, results: dict | None) -> bool | None:
 
 
 def best_regime(answer, results: dict | None) -> bool | None:
-    """Lesson 11 (lesson 05): which of lesson 05's regimes gained most from a second rank, in your run."""
+    """Lesson 11 (lesson 05): which of lesson 05's regimes gained most from a second rank, in your run.
+
+    The regime with the highest median speed-up is right; so is one the course's verdict rule
+    (``distlab.verdict``, over the repeats' ratios) cannot tell apart from it."""
+    from ..verdict import verdict
+
     if answer is not ... and not _measured(results, "05", "best regime"):
         return None
     speedups = results["speedup_2_ranks"] if results else {"?": 0}
     best = max(speedups, key=speedups.get)
-    repeats = (results or {}).get("speedup_2_ranks_repeats", {})
-    tied = [k for k in repeats if best in repeats and k != best and repeats[k][1] >= repeats[best][0]]
-    if answer in tied:                  # the repeats do not tell them apart: either is a fair reading
-        print(f"best regime: correct within the spread: {best} had the larger median, but your repeats of "
-              f"{best} and {answer} overlap, so they are not told apart.")
-        return True
+    runs = (results or {}).get("speedup_2_ranks_runs", {})
+    if answer != best and answer in runs and best in runs:
+        said = verdict(runs[best], runs[answer], names=(best, answer), log=True)
+        if said.winner is None:         # the repeats do not tell them apart: either is a fair reading
+            print(f"best regime: correct within the spread: {best} had the larger median, but the verdict "
+                  f"over your repeats says {said.text}")
+            return True
     return check("best regime", answer, best,
                  otherwise="your lesson 05 run measured: " + ", ".join(
-                     f"{k} {v:.2f}" + (f" (repeats {repeats[k][0]:.2f} to {repeats[k][1]:.2f})" if k in repeats else "")
+                     f"{k} {v:.2f}" + (f" (repeats {min(runs[k]):.2f} to {max(runs[k]):.2f})" if k in runs else "")
                      for k, v in speedups.items()))
 
 
