@@ -204,7 +204,8 @@ def parameter_average(fn, *, world_size: int = 2, steps: int = 8, k: int = 4) ->
         if not report.same:
             hint = ""
             if report.factor is not None and abs(report.factor - world_size) < 1e-3:
-                hint = f"{report.factor:.3g}x on {world_size} ranks: the parameters were summed; divide by worker.world_size."
+                hint = (f"{report.factor:.3g}x on {world_size} ranks: the parameters were summed; divide by "
+                        "worker.world_size.")
             elif report.step == k - 1:
                 hint = (f"Step {k - 1} is the first average (every {k} steps): look at what your function "
                         "all-reduces (the parameters, p.data, not their gradients).")
