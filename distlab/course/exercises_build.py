@@ -113,9 +113,6 @@ def local_sgd_task(worker, fn, steps: int, k: int):
 
 
 def _say(exercise: str, report, hint: str) -> bool:
-    if report.same:
-        print(f"{exercise}: correct. {report}")
-        return True
     print(f"{exercise}: not quite. {report}.")
     if hint:
         print(hint)
@@ -153,8 +150,8 @@ def gradient_average(fn, *, world_size: int = 2, steps: int = 4, backend: str = 
     drift = compare(records[-1].params, records[0].params, names=(f"rank {records[-1].rank}", "rank 0"))
     if not drift.same:
         return _say(exercise, drift, "The ranks' copies drifted apart: every rank must apply the same gradient.")
-    print(f"{exercise}: correct. On {world_size} real ranks, every step's gradients equal one process's "
-          f"on the global batch ({report}), and the copies stay identical.")
+    print(f"{exercise}: correct. On {world_size} real ranks, each of the {steps} steps' gradients equals one "
+          "process's on the global batch, to rounding, and the copies stay identical.")
     return True
 
 
@@ -184,8 +181,8 @@ def start_from_rank_0(fn, *, world_size: int = 2, steps: int = 3) -> bool | None
                                                                "one process"))
     if not report.same:
         return _say(exercise, report, "Every rank must also keep rank 0's values for every later step.")
-    print(f"{exercise}: correct. Under Horovod every rank started from rank 0's parameters and "
-          f"{steps} steps later {report}.")
+    print(f"{exercise}: correct. Under Horovod every rank started from rank 0's parameters, and {steps} "
+          "steps later every rank holds one process's parameters, to rounding.")
     return True
 
 
@@ -210,5 +207,6 @@ def parameter_average(fn, *, world_size: int = 2, steps: int = 8, k: int = 4) ->
                 hint = (f"Step {k - 1} is the first average (every {k} steps): look at what your function "
                         "all-reduces (the parameters, p.data, not their gradients).")
             return _say(exercise, report, hint)
-    print(f"{exercise}: correct. {report}.")
+    print(f"{exercise}: correct. On {world_size} real ranks your local SGD takes the library's {steps} steps, "
+          "to rounding, on every rank.")
     return True
