@@ -190,7 +190,7 @@ def verdict(measurements: list[dict], rows: list[dict], tolerance: float = TIE) 
         runs = {r["algorithm"]: [1e3 * statistics.median(m["times"][r["algorithm"]][numel]) for m in measurements]
                 for r in mine}                                   # milliseconds, each launch's median
         order = sorted(runs, key=lambda a: statistics.fmean(runs[a]))
-        said = rule(runs[order[0]], runs[order[1]], names=order[:2], better="lower", log=True, digits=2,
+        said = rule(runs[order[0]], runs[order[1]], names=order[:2], better="lower", log=True, digits=3,
                     unit=" ms")
         picked = model_pick(mine, tolerance)
         if len(picked) > 1 and set(order[:2]) <= set(picked):
