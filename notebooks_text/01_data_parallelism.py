@@ -175,23 +175,28 @@ course_results.remember("01", world_size=N, max_param_difference=distlab.max_par
 # The same, as they must be (on CPU to the last digit; rounding on other hardware could move a
 # digit that sits right on a decision boundary). One seed says little about one worker alone, so
 # before comparing the two, the course's rule for naming a winner.
-#
+
+# %% [markdown]
 # ## When is a difference real? The course's one rule
 #
 # A seed's test accuracy is one **independent run**: its own start and data order. The steps of
 # one run are not independent (they share all of that). One run's spread, the standard deviation
 # *s*, stays the same however many runs you add; the uncertainty of their **mean**, the standard
 # error *s/√n*, shrinks. So the rule (`distlab/verdict.py`, used by every lesson from here on)
-# compares means: at least 3 runs a side, the gap larger than a 99% interval built from the
-# standard errors (Welch's), and larger than a **margin**, the smallest gap that matters (2%).
-# Otherwise it says **"no clear difference"**: the runs allow either order, which is an answer,
-# not a failure. More runs can then settle it; a rule built on one run's spread never could.
-#
+# compares means: at least 3 runs a side, the gap larger than a confidence interval built from
+# the standard errors (Welch's), and larger than a **margin**, the smallest gap that matters
+# (a share of the larger mean). Otherwise it says **"no clear difference"**: the runs allow
+# either order, which is an answer, not a failure. More runs can then settle it; a rule built on
+# one run's spread never could. The next cell prints the rule's settings.
+
+# %% [markdown]
 # **Predict:** over 8 seeds each, does batch 64 (the two workers together) clearly beat one
 # worker alone at batch 32, after the same 150 steps?
 
 # %%
-from distlab.verdict import verdict
+from distlab.verdict import CONFIDENCE, MARGIN, MIN_RUNS, verdict
+
+print(f"the rule: at least {MIN_RUNS} runs a side, a {CONFIDENCE:.0%} interval, a margin of {MARGIN:.0%}")
 
 
 def accuracy(batch, seed):

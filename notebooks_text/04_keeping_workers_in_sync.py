@@ -13,7 +13,8 @@
 # 2. predict, then measure, what a **straggler** (one slow rank) costs every other rank, and
 #    the job's samples per second;
 # 3. run **asynchronous SGD with a parameter server**, where nobody waits, and measure its
-#    price: **staleness**, and how it converges next to synchronous SGD on the same data;
+#    price: **staleness**, and whether it costs accuracy against the same updates made
+#    without it (seeds, and lesson 01's rule);
 # 4. talk **every k steps** instead of every step (gradient accumulation, local SGD) and
 #    measure what that saves and what it costs.
 
