@@ -55,12 +55,15 @@ class Comparison:
         if self.same:
             return (f"{mine} and {ref} agree within {self.tolerance:g} at every one of {self.steps} step(s) "
                     f"(largest difference {self.difference:.1e}{self.largest_at})")
-        text = (f"{mine} and {ref} part at step {self.step}, parameter {self.name}: largest difference "
+        where = f"at step {self.step}, parameter {self.name}" if self.steps > 1 else f"at {self.name}"
+        text = (f"{mine} and {ref} part {where}: largest difference "
                 f"{self.difference:.3g} at index {list(self.index)} (tolerance {self.tolerance:g})")
         if self.step:
             text += f"; steps 0 to {self.step - 1} agree"
         if self.factor is not None:
-            text += f". {mine} is {self.factor:.3g}x {ref} there: a constant factor, as a sum where a mean is due"
+            text += f". {mine} is {self.factor:.3g}x {ref} there: a constant factor"
+            if self.factor > 1.5 and abs(self.factor - round(self.factor)) < 1e-3:
+                text += ", as a sum where a mean is due"
         if self.others:
             text += f". Also apart at that step: {', '.join(self.others)}"
         return text

@@ -173,35 +173,55 @@ course_results.remember("01", world_size=N, max_param_difference=distlab.max_par
 
 # %% [markdown]
 # The same, as they must be (on CPU to the last digit; rounding on other hardware could move a
-# digit that sits right on a decision boundary). One seed says little about one worker alone, so compare a few
-# seeds (single-process runs, quick to train):
+# digit that sits right on a decision boundary). One seed says little about one worker alone, so
+# before comparing the two, the course's rule for naming a winner.
+
+# %% [markdown]
+# ## When is a difference real? The course's one rule
+#
+# A seed's test accuracy is one **independent run**: its own start and data order. The steps of
+# one run are not independent (they share all of that). One run's spread, the standard deviation
+# *s*, stays the same however many runs you add; the uncertainty of their **mean**, the standard
+# error *s/√n*, shrinks. So the rule (`distlab/verdict.py`, used by every lesson from here on)
+# compares means: at least 3 runs a side, the gap larger than a confidence interval built from
+# the standard errors (Welch's), and larger than a **margin**, the smallest gap that matters
+# (a share of the larger mean). Otherwise it says **"no clear difference"**: the runs allow
+# either order, which is an answer, not a failure. More runs can then settle it; a rule built on
+# one run's spread never could. The next cell prints the rule's settings.
+
+# %% [markdown]
+# **Predict:** over 8 seeds each, does batch 64 (the two workers together) clearly beat one
+# worker alone at batch 32, after the same 150 steps?
 
 # %%
+from distlab.verdict import CONFIDENCE, MARGIN, MIN_RUNS, verdict
+
+print(f"the rule: at least {MIN_RUNS} runs a side, a {CONFIDENCE:.0%} interval, a margin of {MARGIN:.0%}")
+
+
 def accuracy(batch, seed):
     run = data_parallel.train_single(**{**config, "global_batch_size": batch, "seed": seed,
                                         "record_grads_at": ()})
     return run.test_accuracy
 
-import statistics
 
-seeds = {}
+seeds = {batch: [accuracy(batch, seed) for seed in range(8)] for batch in (32, 64)}
 for batch, who in ((32, "one worker alone, batch 32"), (64, f"batch 64 (= {N} workers)")):
-    seeds[batch] = [accuracy(batch, seed) for seed in range(5)]
-    print(f"{who:28s} seeds 0-4: {[round(a, 3) for a in seeds[batch]]}  mean {statistics.fmean(seeds[batch]):.3f}")
-spread = max(statistics.stdev(accs) for accs in seeds.values())      # the larger standard deviation
-clear = abs(statistics.fmean(seeds[64]) - statistics.fmean(seeds[32])) > spread
-print("the two means differ by more than the seeds' spread (standard deviation):", clear)
+    print(f"{who:28s} seeds 0-7: {[round(a, 3) for a in seeds[batch]]}")
+seed_verdict = verdict(seeds[64], seeds[32], names=("batch 64", "batch 32"), better="higher")
+print(seed_verdict)
 
 # %% [markdown]
-# In the same number of steps, the workers together see twice as many digits per step, and a
-# gradient averaged over more samples is less noisy, which is expected to give a better model.
-# Whether five seeds *show* it is the last line above: when the means differ by less than the
-# seeds scatter, these runs cannot tell the two apart, and more seeds would be needed. That is
-# the accuracy side of the company's question.
+# In the same number of steps the workers together see twice as many digits, and a gradient
+# averaged over more samples is less noisy, which is expected to give a better model (or an equal
+# one, once both have learned what the data allow). The verdict above says whether these eight
+# seeds *show* it; "no clear difference" means they cannot tell the two apart, not that the two
+# are equal. That is the accuracy side of the company's question.
 #
 # The other side is time. Each rank computed on 32 digits per step instead of 64, but the
 # ranks also had to talk, and on a small machine they compete for the same cores. Lesson 05
-# measures properly whether N workers finish sooner; here, a first look at these three runs.
+# measures properly, with repeated runs and this rule, whether N workers finish sooner; here, a
+# first look at the three runs above.
 
 # %% [markdown]
 # **Predict:** which of the three trained the most samples per second: the ranks averaging by
@@ -221,7 +241,8 @@ runs = {"by hand (2 ranks)": by_hand, "DDP (2 ranks)": ddp, "one process": [sing
 speed = {name: distlab.throughput(records) for name, records in runs.items()}
 for name, records in runs.items():
     print(f"{name:18s} {speed[name]:8.0f} samples/s (training loop only, start-up excluded)")
-print("most samples per second in this run:", max(speed, key=speed.get))
+print("one run each: the rule needs at least 3 independent runs a side, so no winner is named here "
+      "(lesson 05 repeats the runs and asks the rule)")
 step_ms = {name: [1e3 * max(r.steps[i].t_end - r.steps[i].t_start for r in records)    # slowest rank
                   for i in range(len(records[0].steps))] for name, records in runs.items()}
 fig = Figure(figsize=(9, 2.8))
@@ -236,10 +257,11 @@ show(fig)
 # How to read it: the one process only computes, on 64 samples a step. Each rank computes on
 # 32, then waits for the exchange, and with this tiny model a step computes so little that the
 # fixed cost of each message weighs heavily. By hand, a rank pays for 6 messages in a row; with
-# DDP for about one bucket; the one process for none. Whether halving the computation paid for
-# the talking in this run is the printed line above; if the boxes overlap, run the cell's
-# launches again before you conclude. Lesson 02 splits a step into computing and talking,
-# lesson 05 asks when the ranks win.
+# DDP for about one bucket; the one process for none. These are one run of each, and the boxes
+# are the steps of that run, which share its start, its neighbours on the machine and its data:
+# they show the spread within a run, not whether another run would come out in the same order.
+# Lesson 02 splits a step into computing and talking; lesson 05 repeats the runs and asks the rule
+# when the ranks win.
 
 # %% [markdown]
 # ## Exercises
@@ -265,6 +287,24 @@ exercises.averaged_gradient(my_average, local, expected=single.grads[50]["out.we
 answer = dict(samples_per_rank=..., used_twice=..., steps_per_epoch=...)
 
 exercises.shards_of_three(answer, n=digits.n_train, global_batch_size=96, world_size=3)
+
+# %% [markdown]
+# **3. Build it: the gradient average.** Write what every rank runs after backward: make each
+# parameter's `p.grad` the average of the ranks' gradients. `worker.all_reduce(t)` *sums* `t` over
+# the ranks, in place; `worker.world_size` is N. The checker runs your function on 2 real ranks
+# inside the course's training loop for 4 steps, compares every step's gradients with one process
+# on the whole batch (`distlab.compare`, which you can use on your own runs), and then the ranks'
+# copies with each other. If they differ, it says at which step, in which parameter, by how much.
+
+# %%
+from distlab.course import exercises_build
+
+
+def average_gradients(model, worker):
+    ...   # for every parameter p of model: p.grad becomes the ranks' average
+
+
+exercises_build.gradient_average(average_gradients)
 
 # %% [markdown]
 # The answers are in `course/solutions/01_data_parallelism.ipynb`; more exercises (with

@@ -169,46 +169,56 @@ def test_large_messages_and_adds_fit_lines_of_their_own():
     assert one.large is None and one.large_add is None
 
 
+def _repeats(times: dict, world_size: int, spread=(1.0, 1.02, 0.98)) -> list[dict]:
+    """Independent repeats of one measurement: every time scaled by a repeat's factor."""
+    return [{"world_size": world_size, "dtype": "float32",
+             "times": {a: {n: [t * f for t in ts] for n, ts in by.items()} for a, by in times.items()}}
+            for f in spread]
+
+
 def test_the_verdict_is_computed_from_the_measurement():
     """Lesson 03 prints this instead of asserting that the model is right: a disagreement shows."""
     link = A.Link(alpha=1e-4, beta=1e-9, gamma=0.0, lanes=1)
     times = {"ring": {1000: [3e-3, 3.1e-3, 3.2e-3]}, "tree": {1000: [1e-3, 1.05e-3, 1.1e-3]},
              "parameter_server": {1000: [2e-3, 2e-3, 2e-3]}, "naive": {1000: [5e-3, 5e-3, 5e-3]},
              "gloo": {1000: [1e-3]}}
-    measurement = {"world_size": 4, "dtype": "float32", "times": times}
-    rows = MC.compare(measurement, link)
-    said = MC.verdict(measurement, rows)
-    model_pick = min((r for r in rows if "predicted" in r), key=lambda r: r["predicted"])["algorithm"]
-    assert "fastest measured tree (ahead of parameter_server clearly)" in said
-    assert ("agrees" if model_pick == "tree" else "disagrees") in said
-    times["tree"][1000] = [1e-3, 2.5e-3, 2.6e-3]          # median slower than the runner-up's best
-    assert "by less than the spread of the repeats" in MC.verdict(measurement, MC.compare(measurement, link))
+    runs = _repeats(times, 4)
+    rows = MC.compare(runs[0], link)
+    said = MC.verdict(runs, rows)
+    picked = MC.model_pick([r for r in rows if "predicted" in r])
+    assert "tree lower: a clear difference" in said
+    if {"tree", "parameter_server"} <= set(picked):
+        assert "nothing to test here" in said
+    else:
+        assert ("agrees" if picked == ["tree"] else "disagrees") in said
+    # the same two algorithms, repeats that allow either order: no winner, nothing to agree with
+    times["tree"][1000] = [2e-3, 2e-3, 2e-3]
+    said = MC.verdict(_repeats(times, 4, spread=(1.0, 1.3, 0.8)), rows)
+    assert "no clear difference: the runs allow either order" in said
 
 
-def _two_ranks(fastest: str) -> dict:
-    """A 2-rank measurement in which ``fastest`` won clearly; the others take turns behind it."""
+def _two_ranks(fastest: str) -> list[dict]:
+    """Repeats of a 2-rank measurement in which ``fastest`` won clearly; the others take turns behind it."""
     order = [fastest] + [a for a in ("tree", "parameter_server", "naive", "ring") if a != fastest]
-    times = {a: {1000: [1e-3 * (i + 1)] * 3} for i, a in enumerate(order)}
-    return {"world_size": 2, "dtype": "float32", "times": times}
+    return _repeats({a: {1000: [1e-3 * (i + 1)] * 3} for i, a in enumerate(order)}, 2)
 
 
 def test_a_predicted_tie_is_reported_as_a_tie_not_as_agreement():
-    """At N = 2 naive, parameter server and tree send the same two messages: the model ties them.
-    The old verdict broke the tie with min() over rows sorted by measured time, so whichever of
-    the three the stopwatch put first was "picked" and the model always "agreed"."""
+    """At N = 2 naive, parameter server and tree send the same two messages: the model ties them,
+    so whichever the stopwatch puts first tests nothing."""
     link = A.Link(alpha=1e-4, beta=1e-9, gamma=1e-10, lanes=1)
-    measurement = _two_ranks("tree")
-    rows = MC.compare(measurement, link)
+    runs = _two_ranks("tree")
+    rows = MC.compare(runs[0], link)
     assert MC.model_pick([r for r in rows if "predicted" in r]) == ["naive", "parameter_server", "tree"]
-    said = MC.verdict(measurement, rows)
-    assert "fastest measured tree (ahead of parameter_server clearly)" in said
-    assert "the model predicts a tie between naive, parameter_server, tree" in said
+    said = MC.verdict(runs, rows)
+    assert "tree lower: a clear difference" in said
+    assert "the model predicts a tie between naive, parameter_server, tree: nothing to test here" in said
     assert ": agrees" not in said and ": disagrees" not in said
 
 
 def test_the_verdict_says_disagrees_when_the_measured_winner_is_not_among_the_model_s_picks():
     link = A.Link(alpha=1e-4, beta=1e-9, gamma=1e-10, lanes=1)
-    measurement = _two_ranks("ring")                  # the model prices the ring slowest at N = 2
-    said = MC.verdict(measurement, MC.compare(measurement, link))
-    assert "fastest measured ring" in said
+    runs = _two_ranks("ring")                  # the model prices the ring slowest at N = 2
+    said = MC.verdict(runs, MC.compare(runs[0], link))
+    assert "ring lower: a clear difference" in said
     assert "the model picked naive, parameter_server, tree: disagrees" in said

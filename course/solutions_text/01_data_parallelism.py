@@ -9,7 +9,7 @@
 import torch
 
 import distlab
-from distlab.course import exercises
+from distlab.course import exercises, exercises_build
 from distlab.data import load_digits
 from distlab.data_parallel import data_parallel
 
@@ -40,3 +40,17 @@ assert exercises.averaged_gradient(my_average, local, expected=single.grads[50][
 answer = dict(samples_per_rank=480, used_twice=2, steps_per_epoch=15)
 
 assert exercises.shards_of_three(answer, n=digits.n_train, global_batch_size=96, world_size=3)
+
+# %% [markdown]
+# **3.** After backward each rank holds the gradient of its own 32 digits. The all-reduce sums
+# them over the ranks, in place; dividing by N makes the sum the mean, which is the gradient of
+# the whole batch of 64 (the first formula of the lesson). Every parameter, or the copies drift.
+
+# %%
+def average_gradients(model, worker):
+    for p in model.parameters():
+        worker.all_reduce(p.grad)          # the sum over the ranks, in place
+        p.grad /= worker.world_size        # the mean: the gradient of the whole batch
+
+
+assert exercises_build.gradient_average(average_gradients)

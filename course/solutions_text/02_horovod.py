@@ -5,7 +5,7 @@
 # same checkers as in the lesson.
 
 # %%
-from distlab.course import exercises
+from distlab.course import exercises, exercises_build
 from distlab.models import build_model
 from distlab.processes import horovod_backend
 
@@ -34,3 +34,17 @@ assert exercises.fusion_in_numbers(answer, "mlp", 64)
 my_command = "horovodrun -np 4 --gloo -H localhost:4"
 
 assert exercises.horovodrun_start(my_command, horovod_backend.horovodrun_command(4, "runs/hvd4")[:6])
+
+# %% [markdown]
+# **3. Start from rank 0.** `hvd.broadcast_` (with the underscore) writes rank 0's values into
+# each rank's own tensor. `hvd.broadcast` without it returns a new tensor and leaves the
+# parameter as it was: rank 1 would keep its own start (the checker names that mistake).
+# `hvd.broadcast_parameters(model.state_dict(), root_rank=0)` does the same loop for you.
+
+# %%
+def start_from_rank_0(model):
+    for p in model.parameters():
+        hvd.broadcast_(p.data, root_rank=0)   # noqa: F821 (hvd: Horovod's module, on the ranks)
+
+
+assert exercises_build.start_from_rank_0(start_from_rank_0)

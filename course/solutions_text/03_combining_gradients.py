@@ -5,7 +5,9 @@
 # checked by the same checkers as in the lesson.
 
 # %%
-from distlab.course import exercises
+import torch
+
+from distlab.course import exercises, exercises_ring
 from distlab.predict import alpha_beta
 
 # %% [markdown]
@@ -47,3 +49,26 @@ this_machine = alpha_beta.Link(alpha=1e-4, beta=1 / 5e9, gamma=1 / 20e9, lanes=1
 identical = {"naive", "parameter_server", "tree"}
 
 assert exercises.identical_at_two(identical, this_machine)
+
+# %% [markdown]
+# **Build it: a ring all-reduce.** Rank r sends to r + 1 and receives from r - 1. In
+# reduce-scatter step s it sends chunk (r - s) and adds the arriving chunk (r - s - 1) into its
+# own; after N - 1 steps it holds the finished sum of chunk (r + 1). In all-gather step s it sends
+# chunk (r + 1 - s) and stores the arriving chunk (r - s) in place. All indices modulo N.
+
+# %%
+def my_ring(tensor, worker):
+    rank, n = worker.rank, worker.world_size
+    chunks = tensor.tensor_split(n)                     # views into tensor
+    right, left = (rank + 1) % n, (rank - 1) % n
+    for step in range(n - 1):                           # reduce-scatter
+        send_c, recv_c = (rank - step) % n, (rank - step - 1) % n
+        incoming = torch.empty_like(chunks[recv_c])
+        worker.exchange(chunks[send_c], right, incoming, left)
+        chunks[recv_c].add_(incoming)
+    for step in range(n - 1):                           # all-gather
+        send_c, recv_c = (rank + 1 - step) % n, (rank - step) % n
+        worker.exchange(chunks[send_c], right, chunks[recv_c], left)
+
+
+assert exercises_ring.ring(my_ring)

@@ -6,7 +6,7 @@
 
 # %% tags=["nbval-ignore-output"]
 import distlab
-from distlab.course import exercises
+from distlab.course import exercises, exercises_build
 from distlab.data_parallel import local_sgd
 
 SETUP = dict(model="mlp", width=64, batch_size=32, lr=0.3, seed=0)
@@ -21,3 +21,17 @@ run = distlab.launch(local_sgd.train, world_size=2, k=16, average="parameters", 
 my_answer = 64 // 16
 
 assert exercises.local_sgd_rounds(my_answer, local_sgd.all_reduce_rounds(run[0]), steps=64, k=16)
+
+# %% [markdown]
+# **Build it: local SGD's average.** Sum every parameter over the ranks, in place, and divide by
+# N: the average of the copies. The parameters, not their gradients: after k local steps the
+# copies themselves have drifted apart, and it is they that must agree again.
+
+# %%
+def average_parameters(model, worker):
+    for p in model.parameters():
+        worker.all_reduce(p.data)           # the sum of the ranks' copies, in place
+        p.data /= worker.world_size         # their mean
+
+
+assert exercises_build.parameter_average(average_parameters)

@@ -6,7 +6,8 @@
   ping-pong and an add, to fit the model's ``Link`` with ``cost_model.fit_link``, then every
   hand-written algorithm and gloo's ``dist.all_reduce`` side by side;
 * ``compare`` puts each measured time next to the model's prediction, and ``verdict`` says
-  what that comparison shows (how close, and whether the model picked the winner).
+  what that comparison shows over independent repeats (how close, and, by the course's one rule,
+  whether the stopwatch names a winner and the model picked it).
 """
 from __future__ import annotations
 
@@ -169,32 +170,38 @@ def model_pick(rows: list[dict], tolerance: float = TIE) -> list[str]:
     return sorted(r["algorithm"] for r in rows if r["predicted"] <= fastest * (1 + tolerance))
 
 
-def verdict(measurement: dict, rows: list[dict], tolerance: float = TIE) -> str:
-    """Lesson 03: what the comparison says, computed from it: how far the model's times were
-    from the measured ones, and whether it picked the measured winner at each size.
+def verdict(measurements: list[dict], rows: list[dict], tolerance: float = TIE) -> str:
+    """Lesson 03: what the comparison says, computed from it: how far the model's times were from
+    the measured ones, and, at each size, whether the stopwatch names a winner and the model agrees.
 
-    A winner counts as *clear* only when its median repeat beats the runner-up's best one;
-    otherwise the two are within the spread of the repeats and either could win next time.
-    When the model predicts a tie, the verdict says so and names the tied algorithms: the model
-    *agrees* only when it alone picked the measured winner, *disagrees* when the measured winner
-    is not among its picks, and otherwise it simply could not choose.
+    ``measurements`` are independent repeats (separate launches of ``measure``), one number each per
+    algorithm and size: that launch's median.  The winner is named only by the course's one rule
+    (``distlab.verdict``, on ratios) between the fastest and the runner-up over those repeats;
+    otherwise "no clear difference".  When the model predicts a tie it cannot be tested at that
+    size: it neither agrees nor disagrees.  ``rows`` (``compare``) hold the model's predictions.
     """
+    from ..verdict import verdict as rule
+
     ratios = [r["ratio"] for r in rows if "ratio" in r]
     lines = [f"model/measured time: {min(ratios):.2f} to {max(ratios):.2f} "
              "(1 = exact; below 1 the model was too optimistic, above 1 too pessimistic)"]
     for numel in sorted({r["numel"] for r in rows}):
-        mine = sorted((r for r in rows if r["numel"] == numel and "predicted" in r), key=lambda r: r["measured"])
-        won, second = mine[0], mine[1]
+        mine = [r for r in rows if r["numel"] == numel and "predicted" in r]
+        runs = {r["algorithm"]: [1e3 * statistics.median(m["times"][r["algorithm"]][numel]) for m in measurements]
+                for r in mine}                                   # milliseconds, each launch's median
+        order = sorted(runs, key=lambda a: statistics.fmean(runs[a]))
+        said = rule(runs[order[0]], runs[order[1]], names=order[:2], better="lower", log=True, digits=3,
+                    unit=" ms")
         picked = model_pick(mine, tolerance)
-        clear = statistics.median(measurement["times"][won["algorithm"]][numel]) < second["measured"]
-        margin = "clearly" if clear else "by less than the spread of the repeats"
-        if won["algorithm"] not in picked:
-            said = f"the model picked {', '.join(picked)}: disagrees"
+        if len(picked) > 1 and set(order[:2]) <= set(picked):
+            model = f"the model predicts a tie between {', '.join(picked)}: nothing to test here"
+        elif said.winner is None:
+            model = f"the model picked {', '.join(picked)}; the stopwatch names no winner to check it against"
+        elif said.winner not in picked:
+            model = f"the model picked {', '.join(picked)}: disagrees"
         elif len(picked) > 1:
-            said = (f"the model predicts a tie between {', '.join(picked)}: it cannot say which wins, "
-                    "so it neither agrees nor disagrees")
+            model = f"the model predicts a tie between {', '.join(picked)}: it neither agrees nor disagrees"
         else:
-            said = f"the model picked {picked[0]}: agrees"
-        lines.append(f"{numel:>9,} floats: fastest measured {won['algorithm']} (ahead of "
-                     f"{second['algorithm']} {margin}); {said}")
+            model = f"the model picked {picked[0]}: agrees"
+        lines.append(f"{numel:>9,} floats: {said}\n{'':17}{model}")
     return "\n".join(lines)

@@ -18,8 +18,6 @@ communicating steps carry ``t_comm_start``/``t_comm_end``; the others have ``Non
 """
 from __future__ import annotations
 
-import statistics
-
 import torch
 
 from ..data import load_digits, rank_batch, steps_per_epoch
@@ -170,23 +168,3 @@ def comm_seconds_per_sample(records: list[RankRecord]) -> float:
 def all_reduce_seconds(records: list[RankRecord]) -> list[float]:
     """Lesson 04: how long each all-reduce of a run took, every rank's, in order."""
     return [s.t_comm_end - s.t_comm_start for r in records for s in r.steps if s.t_comm_start is not None]
-
-
-def compare_all_reduces(runs: dict) -> dict:
-    """Lesson 04: two runs' all-reduces, ``{name: records}``, compared with their spread.
-
-    Per name the median and the interquartile range (``low``, ``high``: the middle half of its
-    all-reduces); ``verdict`` is "no clear difference" when the two ranges overlap, else
-    "<name> spent less per all-reduce".  Two runs with all-reduces of the same size should
-    differ only by how long their ranks waited for each other, which is noise between runs.
-    """
-    if len(runs) != 2:
-        raise ValueError(f"compare_all_reduces compares two runs, got {len(runs)}: {sorted(runs)}")
-    out = {}
-    for name, records in runs.items():
-        q1, med, q3 = statistics.quantiles(all_reduce_seconds(records), n=4, method="inclusive")
-        out[name] = dict(median=med, low=q1, high=q3)
-    (a, x), (b, y) = out.items()
-    out["verdict"] = ("no clear difference" if x["low"] <= y["high"] and y["low"] <= x["high"]
-                      else f"{a if x['high'] < y['low'] else b} spent less per all-reduce")
-    return out
