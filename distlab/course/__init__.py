@@ -1,5 +1,8 @@
 """The course's exercises and the learner's stored results (lessons 00-13).
 
+- ``checking``           how every checker answers: not yet, right, or not quite and why (lesson 00)
+- ``commands``           commands checked by what they do: horovodrun read option by option, distlab
+                         job run for real (lessons 02, 09, 11)
 - ``exercises``          the checkers of lessons 00-08: a lesson's cell holds ``...``, a checker says
                          what is right or wrong
 - ``exercises_cluster``  lesson 09's exercises; ``exercises_failure`` lesson 10's;

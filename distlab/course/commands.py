@@ -16,7 +16,7 @@ import os
 import shlex
 import tempfile
 
-from .exercises import check
+from .checking import check
 
 
 def words(answer: str) -> list[str]:

@@ -25,54 +25,7 @@ from ..models import build_model
 from ..parallelize import mesh_3d as mesh
 from ..pipeline import schedules
 from ..predict import alpha_beta, bubbles, memory, traffic
-
-
-def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",
-          tolerance: float = 0.0) -> bool | None:
-    """Lesson 00: compare ``answer`` with ``expected`` and say so.
-
-    ``hints`` pairs typical wrong answers with what they suggest went wrong (a dict or a list
-    of pairs); ``otherwise`` is said for any other wrong answer.  Numbers agree within
-    ``tolerance`` (relative); a string agrees whatever its spacing.
-    """
-    if answer is ...:
-        print(f"{exercise}: not answered yet. Replace the ... with your answer and run the cell again.")
-        return None
-    if _same(answer, expected, tolerance):
-        print(f"{exercise}: correct.")
-        return True
-    for wrong, why in (hints.items() if isinstance(hints, dict) else hints):
-        if _same(answer, wrong, tolerance):
-            print(f"{exercise}: not quite. {why}")
-            return False
-    print(f"{exercise}: not quite{': ' + otherwise if otherwise else '.'}")
-    return False
-
-
-def check_each(exercise: str, answers: dict, expected: dict, hints: dict[str, str]) -> bool | None:
-    """Lesson 01: ``check`` for answers with several parts (a dict); says which parts are wrong."""
-    if answers is ... or any(answers.get(k, ...) is ... for k in expected):
-        missing = list(expected) if answers is ... else [k for k in expected if answers.get(k, ...) is ...]
-        print(f"{exercise}: not answered yet ({', '.join(missing)}). Replace each ... with your answer.")
-        return None
-    wrong = [k for k in expected if not _same(answers[k], expected[k], 0.0)]
-    if not wrong:
-        print(f"{exercise}: correct.")
-        return True
-    for k in wrong:
-        print(f"{exercise}: {k} = {answers[k]!r} is not quite. {hints.get(k, '')}".rstrip())
-    return False
-
-
-def _same(answer, expected, tolerance: float) -> bool:
-    if isinstance(expected, torch.Tensor):
-        return (isinstance(answer, torch.Tensor) and answer.shape == expected.shape
-                and bool((answer - expected).abs().max() <= 1e-6 + tolerance * expected.abs().max()))
-    if isinstance(expected, float) or (isinstance(expected, int) and isinstance(answer, float)):
-        return isinstance(answer, (int, float)) and math.isclose(answer, expected, rel_tol=tolerance or 1e-9)
-    if isinstance(expected, str) and isinstance(answer, str):
-        return answer.split() == expected.split()
-    return type(answer) is type(expected) and answer == expected
+from .checking import check, check_each
 
 
 # --- lesson 00 --------------------------------------------------------------------------------

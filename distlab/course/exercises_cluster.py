@@ -5,7 +5,7 @@ Kept apart from ``exercises.py`` only to keep each file short; the mechanism is 
 """
 from __future__ import annotations
 
-from .exercises import check
+from .checking import check
 
 
 def global_rank(answer, node: int, local_rank: int, processes_per_node: int) -> bool | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ..predict.traffic import Experts, capacity
-from .exercises import check
+from .checking import check
 
 
 def capacity_slots(answer, *, tokens: int, experts: int, top_k: int, capacity_factor: float) -> bool | None:

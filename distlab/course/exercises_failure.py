@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from .exercises import check
+from .checking import check
 
 
 def checkpoint_interval(answer, save_seconds: float, hours_between_failures: float) -> bool | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..predict import traffic
 from ..context import context_parallel
-from .exercises import check
+from .checking import check
 
 
 def tp_bytes(answer, *, batch: int, tokens: int, d_model: int, layers: int) -> bool | None:

@@ -7,7 +7,7 @@ different right answers; when the lesson has not been run, the checker says whic
 """
 from __future__ import annotations
 
-from .exercises import check, check_each
+from .checking import check, check_each
 
 
 def _measured(results: dict | None, lesson: str, exercise: str) -> bool:

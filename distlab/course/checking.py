@@ -1,0 +1,60 @@
+"""How every exercise answers: not yet, right, or not quite and why (lesson 00; used by every checker).
+
+A checker given the placeholder ``...`` prints "not answered yet" and returns None, so a lesson runs
+from top to bottom before anyone has answered; a wrong answer is told what to look at (False); a
+right one is confirmed (True).  Kept apart from ``exercises.py`` so that modules which check answers
+by running them (``commands``, ``build``) can use it without importing every lesson's checkers.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",
+          tolerance: float = 0.0) -> bool | None:
+    """Lesson 00: compare ``answer`` with ``expected`` and say so.
+
+    ``hints`` pairs typical wrong answers with what they suggest went wrong (a dict or a list
+    of pairs); ``otherwise`` is said for any other wrong answer.  Numbers agree within
+    ``tolerance`` (relative); a string agrees whatever its spacing.
+    """
+    if answer is ...:
+        print(f"{exercise}: not answered yet. Replace the ... with your answer and run the cell again.")
+        return None
+    if same(answer, expected, tolerance):
+        print(f"{exercise}: correct.")
+        return True
+    for wrong, why in (hints.items() if isinstance(hints, dict) else hints):
+        if same(answer, wrong, tolerance):
+            print(f"{exercise}: not quite. {why}")
+            return False
+    print(f"{exercise}: not quite{': ' + otherwise if otherwise else '.'}")
+    return False
+
+
+def check_each(exercise: str, answers: dict, expected: dict, hints: dict[str, str]) -> bool | None:
+    """Lesson 01: ``check`` for answers with several parts (a dict); says which parts are wrong."""
+    if answers is ... or any(answers.get(k, ...) is ... for k in expected):
+        missing = list(expected) if answers is ... else [k for k in expected if answers.get(k, ...) is ...]
+        print(f"{exercise}: not answered yet ({', '.join(missing)}). Replace each ... with your answer.")
+        return None
+    wrong = [k for k in expected if not same(answers[k], expected[k], 0.0)]
+    if not wrong:
+        print(f"{exercise}: correct.")
+        return True
+    for k in wrong:
+        print(f"{exercise}: {k} = {answers[k]!r} is not quite. {hints.get(k, '')}".rstrip())
+    return False
+
+
+def same(answer, expected, tolerance: float) -> bool:
+    if isinstance(expected, torch.Tensor):
+        return (isinstance(answer, torch.Tensor) and answer.shape == expected.shape
+                and bool((answer - expected).abs().max() <= 1e-6 + tolerance * expected.abs().max()))
+    if isinstance(expected, float) or (isinstance(expected, int) and isinstance(answer, float)):
+        return isinstance(answer, (int, float)) and math.isclose(answer, expected, rel_tol=tolerance or 1e-9)
+    if isinstance(expected, str) and isinstance(answer, str):
+        return answer.split() == expected.split()
+    return type(answer) is type(expected) and answer == expected
