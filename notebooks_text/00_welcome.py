@@ -151,6 +151,7 @@ assert shards == [-(-digits.n_train // 2)] * 2
 # | **03** combining gradients | Parameter server, ring, tree: who sends what, at what cost? | measured, beside the alpha-beta model's predictions |
 # | **04** keeping workers in sync | What does a slow worker cost? Synchronous or not? | measured |
 # | **05** does distributing pay? | Are two workers twice as fast? | measured, beside a model's prediction |
+# | **05b** more data, more accuracy? | Does more real handwriting buy accuracy, and do two workers reach it sooner? | measured on real MNIST digits, verdicts over seeds |
 
 # %% [markdown]
 # | Lesson | Question it answers | Its numbers |

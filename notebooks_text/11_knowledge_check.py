@@ -247,18 +247,18 @@ def speed(r):
 
 
 def more_data(r):
-    found = r.get("more_data")
-    if not found:
-        return "more data: not measured yet: run lesson 05's section on more data to fill in this line"
-    from distlab.measure.more_data import speed_verdict     # lesson 05's verdict, with its spread
-    text = "; ".join(f"{g['model']} {g['points']:+.1f} points of test accuracy from {g['smallest']:,} to "
-                     f"{g['largest']:,} training samples ({g['verdict']}, twice the spread over seeds "
-                     f"{g['twice_spread']:.1f})" for g in found["gain"].values())
-    verdict = speed_verdict(found["speedup_to_target"], found.get("probe_ceiling"))
-    return f"more data: {text}; to {found['target']:.0%} test accuracy, 2 ranks against 1: {verdict}"
+    """Lesson 05b's answer: its curve's verdicts (the one rule, over seeds) and the time to target."""
+    curve, timed = r.get("curve"), r.get("time_to_target")
+    if not curve or not timed:
+        return "more data: not measured yet: run lesson 05b to fill in this line"
+    ends = {v["dataset"]: v for v in curve["verdicts"]}     # each data set's last: smallest against largest
+    text = "; ".join(f"{d}: {v['small']:,} -> {v['large']:,} training digits, {v['said']}"
+                     for d, v in ends.items())
+    return (f"more data ({curve['epochs']} epochs a size): {text}; to {timed['target']:.0%} test accuracy, "
+            f"2 ranks against 1: {timed['sooner']}")
 
 
-line("05", more_data)
+line("05b", more_data)
 line("05", lambda r: f"whether it pays depends on the arithmetic per byte sent and on whether the compute "
                      f"really splits: in your run {speed(r)}.")
 line("04", lambda r: f"every rank waits for the slowest: a rank {r['straggler_seconds'] * 1e3:.0f} ms slower made "
