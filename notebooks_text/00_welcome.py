@@ -151,11 +151,11 @@ assert shards == [-(-digits.n_train // 2)] * 2
 # | **03** combining gradients | Parameter server, ring, tree: who sends what, at what cost? | measured, beside the alpha-beta model's predictions |
 # | **04** keeping workers in sync | What does a slow worker cost? Synchronous or not? | measured |
 # | **05** does distributing pay? | Are two workers twice as fast? | measured, beside a model's prediction |
-# | **05b** more data, more accuracy? | Does more real handwriting buy accuracy, and do two workers reach it sooner? | measured on real MNIST digits, verdicts over seeds |
 
 # %% [markdown]
 # | Lesson | Question it answers | Its numbers |
 # |---|---|---|
+# | **05b** more data, more accuracy? | Does more real handwriting buy accuracy, and do two workers reach it sooner? | measured on real MNIST digits |
 # | **06** splitting the model | Pipelines: layers on different workers, and their bubble | measured |
 # | **07** tensor and 3D parallelism | Slices of every layer; three splits combined | runs measured; the **bytes tables are a model** |
 # | **08** ZeRO | What every worker copied, and how sharding frees it | memory measured; the **memory calculator is a model** |

@@ -161,15 +161,11 @@ pictures.speedup_widget(rows, key=speedup.config_key(dict(REGIMES["best"], scali
 
 # %% [markdown]
 # **Why the regimes differ.** Per step, 2 ranks save half the compute and pay an all-reduce of
-# the whole gradient, waiting, and an optimizer step each. The small MLP at
-# batch 64 does little arithmetic per byte of gradient (section 1's table): its all-reduce,
-# ruled by the fixed cost per message *alpha*, can take longer than the compute it saves. The
-# wide MLP at batch 896 does more per byte. The CNN does most: its convolutions reuse a few
-# weights at every pixel, so its gradient is about as small as the small MLP's while it computes
-# tens of times more per sample (section 1 prints the factor), at a larger batch. By this count the
-# CNN has the best *chance*: communication
-# is the smallest share of its step. A chance is not a result: the cell below lists the regimes
-# by arithmetic per byte beside what each gained, with the range over the repeats.
+# the whole gradient, waiting, and an optimizer step each. The small MLP at batch 64 does little
+# arithmetic per byte (section 1): its all-reduce, ruled by the fixed cost per message *alpha*, can
+# outlast the compute it saves. The CNN, with a gradient as small and tens of times the compute
+# per sample at a larger batch, has the best *chance*. A chance is not a result: the cell below
+# lists the regimes by arithmetic per byte beside what each gained.
 
 # %% tags=["nbval-ignore-output"]
 def regime_rows(name):
@@ -213,8 +209,8 @@ if top != "best" or overlap:
 # **By hand or DDP?** This lesson averages by hand (lesson 01: one all-reduce per parameter
 # tensor, after the backward pass) so that communication can be timed apart from compute; each
 # of the 6 all-reduces pays the fixed cost *alpha*. `DistributedDataParallel` packs the gradients
-# into buckets, filled from the last layer backwards: the **first** bucket holds up to 1 MiB
-# (PyTorch's `_DEFAULT_FIRST_BUCKET_BYTES`), the later ones up to `bucket_cap_mb=25`. A bucket's
+# into buckets, filled from the last layer backwards: the **first** bucket is small (PyTorch's
+# `_DEFAULT_FIRST_BUCKET_BYTES`, printed below), the later ones up to `bucket_cap_mb=25`. A bucket's
 # all-reduce starts as soon as its gradients are ready, while backward still computes the earlier
 # layers: that is the overlap. The next cell says which of section 1's gradients fit in one
 # bucket (one all-reduce, after backward: nothing to overlap, DDP saves only the extra calls'
@@ -232,14 +228,11 @@ for name, cfg in REGIMES.items():
     print(f"{name:>6}: gradient {size / 2**20:.2f} MiB against a first bucket of {first_bucket / 2**20:.0f} MiB: {fits}")
 
 # %% [markdown]
-# **Two ranks or two threads?** One process with 2 threads also uses both cores, but keeps
-# **one** copy of the model, does **one** optimizer step, sends **nothing** and never waits for
-# another process: the threads split each matrix product inside one step. The threads pay too:
-# small layers are cut into pieces too small to keep both cores busy, and a thread waiting for
-# its partner at the end of a product is a core doing nothing. Which cost is larger depends on
-# the model, the batch and the machine: the column *vs 1 proc x N thr* (above 1: the ranks were
-# faster) and each configuration's second verdict line say which won here. Ranks are what you
-# need anyway when the work no longer fits on one machine.
+# **Two ranks or two threads?** One process with 2 threads also uses both cores, with **one**
+# model, **one** optimizer step and **nothing** to send; but its threads split each matrix
+# product, and small products leave a core idle. Which cost is larger depends on the model, the
+# batch and the machine: each configuration's second verdict line says which won here. Ranks are
+# what you need anyway when the work no longer fits on one machine.
 
 # %% [markdown]
 # ## 4. Models that predict the speedup, and where they fail
@@ -323,13 +316,11 @@ print(f"alpha: {idle_alpha * 1e6:.0f} us from an idle ping-pong, {alpha * 1e6:.0
       f"training ({alpha / idle_alpha:.1f}x)")
 
 # %% [markdown]
-# The two answer different questions. Inside training, an all-reduce cannot finish before the
-# slower rank arrives, its messages queue behind the other rank's computation on shared cores,
-# and each of the 6 all-reduces per step costs a Python call and a wake-up of gloo's threads;
-# the fit puts everything that does not grow with the bytes into alpha. So the fitted alpha
-# describes *this machine while it trains*, and is usually the larger; the ping-pong's is
-# closer to what ranks with a core (or a GPU) each would pay. An extrapolation is only as good
-# as the alpha it uses: section 7 computes it with both.
+# The two answer different questions. Inside training, an all-reduce waits for the slower rank,
+# queues behind the other rank's computation on shared cores, and pays a Python call per tensor;
+# the fit puts all that into alpha. The fitted alpha describes *this machine while it trains*;
+# the ping-pong's is closer to what ranks with a core (or a GPU) each would pay. Section 7 uses
+# both.
 
 # %% [markdown]
 # ## 5. Large batches: what more ranks do to the optimisation
@@ -371,11 +362,10 @@ assert acc[8, "linear scaling"] > acc[8, "same lr"]                 # rate 0.8 d
 # * with the **same rate**, accuracy falls steadily with N: the big batch averages away noise,
 #   but takes N times fewer steps;
 # * the **linear rule** recovers it up to N = 4 (rate 0.4);
-# * at N = 8 (rate 0.8) the linear rule falls behind N = 4, yet it still beats the same rate at
-#   N = 8 (the printed numbers): nothing diverged. What is missing is steps: 2 epochs at a global
-#   batch of 64 are only 44 of them, too few for any rate to make up, and **warm-up** spends some
-#   of those few at a lower rate. Warm-up was introduced for deep networks whose first steps are
-#   fragile; it does not replace steps.
+# * at N = 8 (rate 0.8) the linear rule falls behind N = 4 yet still beats the same rate at
+#   N = 8: nothing diverged. What is missing is steps (44 in 2 epochs), and **warm-up** spends some
+#   of those few at a lower rate: it was made for deep networks whose first steps are fragile,
+#   and it does not replace steps.
 #
 # So a faster clock is not the whole story: past some global batch, distributing buys time per
 # epoch but needs more epochs (or a different optimiser) for the same accuracy.
@@ -423,16 +413,13 @@ for name, r in (("worst", worst), ("best", best)):
     print(f"  {name:>5}: 1 process {one:.3f}, 2 ranks {two:.3f}  ({two / one:.1f}x the bill)")
 
 # %% [markdown]
-# * **Overhead**: start-up seconds per job that one process does not pay, and communication
-#   that even a single rank runs through.
-# * **Complexity**: not in the training loop (both functions share one), but around it: code
-#   that starts ranks, connects them, agrees on seeds, shards and the order of collectives, and
-#   stops the others when one dies. The cell counts it; any line of it can fail on one rank only.
+# * **Overhead**: start-up per job, and communication even a single rank runs through.
+# * **Complexity**: not in the loop (both functions share one) but around it: starting,
+#   connecting and stopping ranks; any line of it can fail on one rank only.
 # * **Debugging**: timings move from run to run, and what a rank waits for happens on another
-#   rank: you need every rank's timeline (lesson 04) to see it. Results also differ from one
-#   process in the last bits (lesson 01).
-# * **Cost**: N ranks bill N cores. With efficiency *E*, each sample costs 1 / *E* times the
-#   core-seconds; below an efficiency of 1/2 on 2 ranks you pay more *and* wait longer.
+#   rank (lesson 04's timelines).
+# * **Cost**: N ranks bill N cores; with efficiency *E* a sample costs 1 / *E* times the
+#   core-seconds.
 
 # %% [markdown]
 # ## 7. Exercise
