@@ -155,6 +155,7 @@ assert shards == [-(-digits.n_train // 2)] * 2
 # %% [markdown]
 # | Lesson | Question it answers | Its numbers |
 # |---|---|---|
+# | **05b** more data, more accuracy? | Does more real handwriting buy accuracy, and do two workers reach it sooner? | measured on real MNIST digits |
 # | **06** splitting the model | Pipelines: layers on different workers, and their bubble | measured |
 # | **07** tensor and 3D parallelism | Slices of every layer; three splits combined | runs measured; the **bytes tables are a model** |
 # | **08** ZeRO | What every worker copied, and how sharding frees it | memory measured; the **memory calculator is a model** |

@@ -9,8 +9,9 @@
 # 2. **which regime has a chance to pay**, and which gained here today;
 # 3. what **Amdahl's law** and the **alpha-beta model** predict, and where they fail;
 # 4. what a larger global batch does to **accuracy**, with and without learning-rate scaling;
-# 5. the **drawbacks** of distributed training, each with a number measured here;
-# 6. whether **more data** buys accuracy, and whether two workers buy it sooner.
+# 5. the **drawbacks** of distributed training, each with a number measured here.
+#
+# Whether **more data** buys accuracy, and whether two workers reach it sooner, is lesson 05b.
 
 # %% [markdown]
 # Everything is measured live on real worker processes. Other programs share the cores: read the
@@ -60,12 +61,15 @@ for name, cfg in REGIMES.items():
 # %%
 intensity = {name: flops.compute_per_byte(cfg["model"], cfg["width"], cfg["global_batch_size"] // 2)
              for name, cfg in REGIMES.items()}
-print(f"the CNN does {intensity['best'] / intensity['worst']:,.0f} times the small MLP's FLOPs per byte of gradient")
+per_sample = {name: flops.flops_per_sample(cfg["model"], cfg["width"]) for name, cfg in REGIMES.items()}
+print(f"per sample, the CNN computes {per_sample['best'] / per_sample['worst']:,.0f} times the small MLP's FLOPs; "
+      f"per byte of gradient (at its larger batch) {intensity['best'] / intensity['worst']:,.0f} times")
 
 # %% [markdown]
 # The CNN's convolutions reuse each of their few weights at all 64 pixel positions, so it does
-# far more arithmetic per byte of gradient than the small MLP (whose every weight is used once
-# per sample): the two columns above differ by the factor just printed.
+# far more arithmetic per sample than the small MLP (whose every weight is used once per sample);
+# per byte of gradient the gap grows further, because the CNN's regime also takes a larger batch
+# per step: both factors are printed above.
 #
 # **Your prediction.** For each regime, how many times faster will **2 ranks x 1 thread** train
 # than **1 process x 1 thread** on this machine's two cores? (2.0 would be perfect.)
@@ -78,7 +82,7 @@ my_guess = {"worst": ..., "probe": ..., "best": ...}   # <- replace each ... by 
 #
 # `scaling.run_scaling` launches one job per world size and trains every configuration back to
 # back in it with lesson 01's `data_parallel.train` (start-up, several seconds per launch, is
-# **not** in the throughput). Inside a launch the configurations take turns twice (two
+# **not** in the throughput). Inside a launch the configurations take turns three times (three
 # **repeats**, a few seconds apart); the first steps of each run are skipped (they pay for memory
 # allocation). One process is launched twice: with **1 thread** (the per-core question) and
 # with **2 threads** (one process using both cores: the single-machine alternative).
@@ -96,7 +100,7 @@ my_guess = {"worst": ..., "probe": ..., "best": ...}   # <- replace each ... by 
 CONFIGS = [REGIMES["worst"], REGIMES["probe"], REGIMES["best"],
            dict(model="mlp", width=1024, batch_size=448)]          # weak scaling
 started = time.time()
-rows = scaling.run_scaling(CONFIGS, world_sizes=(1, 2), steps=8, skip=2, repeats=2)
+rows = scaling.run_scaling(CONFIGS, world_sizes=(1, 2), steps=8, skip=2, repeats=3)
 elapsed = time.time() - started
 print(f"3 launches in {elapsed:.0f} s\n")
 print(pictures.speedup_table(rows))
@@ -128,9 +132,10 @@ course_results.remember("05", speedup_2_ranks=measured, speedup_2_ranks_repeats=
                         regimes=REGIMES)
 
 # %% [markdown]
-# Which configurations gained, and by more than the spread? Each configuration ran twice
-# (two repeats, a few seconds apart); the next cell compares 2 ranks with one process in every
-# repeat and calls a difference only when both repeats agree.
+# Which configurations gained, and by more than the spread? Each configuration ran three times
+# (three repeats, a few seconds apart); each repeat's ratio of 2 ranks over one process is one
+# run, and the course's one rule (lesson 01, `distlab.verdict`, on the ratios as ratios) says
+# "faster", "slower" or "no clear difference".
 
 # %% tags=["nbval-ignore-output"]
 print(speedup.verdicts(rows))
@@ -156,14 +161,11 @@ pictures.speedup_widget(rows, key=speedup.config_key(dict(REGIMES["best"], scali
 
 # %% [markdown]
 # **Why the regimes differ.** Per step, 2 ranks save half the compute and pay an all-reduce of
-# the whole gradient, waiting, and an optimizer step each. The small MLP at
-# batch 64 does little arithmetic per byte of gradient (section 1's table): its all-reduce,
-# ruled by the fixed cost per message *alpha*, can take longer than the compute it saves. The
-# wide MLP at batch 896 does more per byte. The CNN does most: its convolutions reuse a few
-# weights at every pixel, so its gradient is about as small as the small MLP's while it computes
-# thousands of times more per sample. By this count the CNN has the best *chance*: communication
-# is the smallest share of its step. A chance is not a result: the cell below lists the regimes
-# by arithmetic per byte beside what each gained, with the range over the repeats.
+# the whole gradient, waiting, and an optimizer step each. The small MLP at batch 64 does little
+# arithmetic per byte (section 1): its all-reduce, ruled by the fixed cost per message *alpha*, can
+# outlast the compute it saves. The CNN, with a gradient as small and tens of times the compute
+# per sample at a larger batch, has the best *chance*. A chance is not a result: the cell below
+# lists the regimes by arithmetic per byte beside what each gained.
 
 # %% tags=["nbval-ignore-output"]
 def regime_rows(name):
@@ -178,10 +180,19 @@ for name in sorted(REGIMES, key=intensity.get):
     r = two_ranks[name]
     print(f"{name:<7}{intensity[name]:>11,.0f}{r['comm_to_compute']:>19.2f}   "
           f"{r['speedup']:.2f} ({r['speedup_lo']:.2f} to {r['speedup_hi']:.2f})")
+from distlab.verdict import verdict
+
 top = max(REGIMES, key=lambda n: two_ranks[n]["speedup"])
-overlap = [n for n in REGIMES if n != top and two_ranks[n]["speedup_hi"] >= two_ranks[top]["speedup_lo"]]
-print(f"\ngained most: {top}" + (f", but its repeats overlap with {' and '.join(overlap)}'s: no clear winner"
-                                 if overlap else ", in every repeat"))
+ratios = {n: speedup.repeat_ratios(rows, speedup.config_key(dict(REGIMES[n], scaling="strong")), 2, 1, 1)
+          for n in REGIMES}
+overlap = []
+for n in REGIMES:
+    if n != top:
+        v = verdict(ratios[top], ratios[n], names=(top, n), better="higher", log=True)
+        print(f"{top} against {n}: {v}")
+        overlap += [] if v.winner == top else [n]
+print(f"\ngained most: {top}" + (f", but not clearly more than {' and '.join(overlap)}" if overlap
+                                 else ", clearly more than the others"))
 if top != "best" or overlap:
     print("the most arithmetic per byte (best) did not clearly gain most: a small communication share "
           "was not the whole story here")
@@ -190,29 +201,38 @@ if top != "best" or overlap:
 # A small communication share is necessary, not enough. It does not say whether each rank's
 # compute really halved, nor what the two ranks lose by sharing this machine's cores with each
 # other, with their communication threads and with whatever else runs (the load average at the
-# top of the lesson). Section 4 measures the first. Weak scaling has a better chance too: each
-# rank keeps a large batch, so the compute per byte does not halve when a rank is added.
+# top of the lesson). Section 4 measures the first. At N = 2 the weak-scaling row (448 a rank) is
+# the same 2-rank job as the *probe* regime (896 split two ways): only the baseline differs, one
+# process at 448 instead of at 896. Weak and strong scaling part only from N = 3 on.
 
 # %% [markdown]
 # **By hand or DDP?** This lesson averages by hand (lesson 01: one all-reduce per parameter
 # tensor, after the backward pass) so that communication can be timed apart from compute; each
 # of the 6 all-reduces pays the fixed cost *alpha*. `DistributedDataParallel` packs the gradients
-# into buckets (each up to `bucket_cap_mb=25` megabytes by default, filled from the last layer
-# backwards) and starts a bucket's all-reduce as soon as all its gradients are ready, while
-# backward still computes the earlier layers: that is the overlap. A gradient smaller than one
-# bucket, as all three of section 1 are, fills its only bucket with the last gradient backward
-# computes: one all-reduce, after backward, with nothing to overlap. DDP then saves the extra
-# calls' *alpha*, not the transfer. `bench/scaling.py` measures both side by side.
+# into buckets, filled from the last layer backwards: the **first** bucket is small (PyTorch's
+# `_DEFAULT_FIRST_BUCKET_BYTES`, printed below), the later ones up to `bucket_cap_mb=25`. A bucket's
+# all-reduce starts as soon as its gradients are ready, while backward still computes the earlier
+# layers: that is the overlap. The next cell says which of section 1's gradients fit in one
+# bucket (one all-reduce, after backward: nothing to overlap, DDP saves only the extra calls'
+# *alpha*) and which get more than one (the first can be reduced while backward goes on).
+# `bench/scaling.py` measures both side by side.
+
+# %%
+import torch.distributed as dist
+
+first_bucket = dist._DEFAULT_FIRST_BUCKET_BYTES
+for name, cfg in REGIMES.items():
+    size = traffic.gradient_bytes(cfg["model"], cfg["width"])
+    fits = "fits in the first bucket: one all-reduce" if size <= first_bucket else \
+        "more than the first bucket: at least two all-reduces, the first during backward"
+    print(f"{name:>6}: gradient {size / 2**20:.2f} MiB against a first bucket of {first_bucket / 2**20:.0f} MiB: {fits}")
 
 # %% [markdown]
-# **Two ranks or two threads?** One process with 2 threads also uses both cores, but keeps
-# **one** copy of the model, does **one** optimizer step, sends **nothing** and never waits for
-# another process: the threads split each matrix product inside one step. The threads pay too:
-# small layers are cut into pieces too small to keep both cores busy, and a thread waiting for
-# its partner at the end of a product is a core doing nothing. Which cost is larger depends on
-# the model, the batch and the machine: the column *vs 1 proc x N thr* (above 1: the ranks were
-# faster) and each configuration's second verdict line say which won here. Ranks are what you
-# need anyway when the work no longer fits on one machine.
+# **Two ranks or two threads?** One process with 2 threads also uses both cores, with **one**
+# model, **one** optimizer step and **nothing** to send; but its threads split each matrix
+# product, and small products leave a core idle. Which cost is larger depends on the model, the
+# batch and the machine: each configuration's second verdict line says which won here. Ranks are
+# what you need anyway when the work no longer fits on one machine.
 
 # %% [markdown]
 # ## 4. Models that predict the speedup, and where they fail
@@ -296,13 +316,11 @@ print(f"alpha: {idle_alpha * 1e6:.0f} us from an idle ping-pong, {alpha * 1e6:.0
       f"training ({alpha / idle_alpha:.1f}x)")
 
 # %% [markdown]
-# The two answer different questions. Inside training, an all-reduce cannot finish before the
-# slower rank arrives, its messages queue behind the other rank's computation on shared cores,
-# and each of the 6 all-reduces per step costs a Python call and a wake-up of gloo's threads;
-# the fit puts everything that does not grow with the bytes into alpha. So the fitted alpha
-# describes *this machine while it trains*, and is usually the larger; the ping-pong's is
-# closer to what ranks with a core (or a GPU) each would pay. An extrapolation is only as good
-# as the alpha it uses: section 7 computes it with both.
+# The two answer different questions. Inside training, an all-reduce waits for the slower rank,
+# queues behind the other rank's computation on shared cores, and pays a Python call per tensor;
+# the fit puts all that into alpha. The fitted alpha describes *this machine while it trains*;
+# the ping-pong's is closer to what ranks with a core (or a GPU) each would pay. Section 7 uses
+# both.
 
 # %% [markdown]
 # ## 5. Large batches: what more ranks do to the optimisation
@@ -335,7 +353,8 @@ show(pictures.large_batch_figure(big))
 assert acc[8, "same lr"] < acc[1, "same lr"] - 0.2          # fewer steps, same rate: it learns less
 assert acc[4, "linear scaling"] > acc[4, "same lr"] + 0.1   # the linear rule wins most of it back
 assert acc[8, "linear scaling"] < acc[4, "linear scaling"]  # ... until the rate is too large
-assert acc[8, "linear + warm-up"] < acc[4, "linear scaling"] - 0.2   # and warm-up does not rescue N = 8
+assert acc[8, "linear + warm-up"] < acc[4, "linear scaling"] - 0.2   # and warm-up does not make up the steps
+assert acc[8, "linear scaling"] > acc[8, "same lr"]                 # rate 0.8 did not diverge: too few steps
 
 # %% [markdown]
 # What the measurement says, for this small model and a short training:
@@ -343,10 +362,10 @@ assert acc[8, "linear + warm-up"] < acc[4, "linear scaling"] - 0.2   # and warm-
 # * with the **same rate**, accuracy falls steadily with N: the big batch averages away noise,
 #   but takes N times fewer steps;
 # * the **linear rule** recovers it up to N = 4 (rate 0.4);
-# * at N = 8 (rate 0.8, only 44 steps) it breaks down: plain SGD on this network becomes
-#   unstable at such a rate, and **warm-up** does not rescue it here; in these short runs, it
-#   mostly spends some of the few steps at a lower rate. Warm-up was introduced for deep
-#   networks whose first steps are fragile; measure before you rely on it.
+# * at N = 8 (rate 0.8) the linear rule falls behind N = 4 yet still beats the same rate at
+#   N = 8: nothing diverged. What is missing is steps (44 in 2 epochs), and **warm-up** spends some
+#   of those few at a lower rate: it was made for deep networks whose first steps are fragile,
+#   and it does not replace steps.
 #
 # So a faster clock is not the whole story: past some global batch, distributing buys time per
 # epoch but needs more epochs (or a different optimiser) for the same accuracy.
@@ -394,16 +413,13 @@ for name, r in (("worst", worst), ("best", best)):
     print(f"  {name:>5}: 1 process {one:.3f}, 2 ranks {two:.3f}  ({two / one:.1f}x the bill)")
 
 # %% [markdown]
-# * **Overhead**: start-up seconds per job that one process does not pay, and communication
-#   that even a single rank runs through.
-# * **Complexity**: not in the training loop (both functions share one), but around it: code
-#   that starts ranks, connects them, agrees on seeds, shards and the order of collectives, and
-#   stops the others when one dies. The cell counts it; any line of it can fail on one rank only.
+# * **Overhead**: start-up per job, and communication even a single rank runs through.
+# * **Complexity**: not in the loop (both functions share one) but around it: starting,
+#   connecting and stopping ranks; any line of it can fail on one rank only.
 # * **Debugging**: timings move from run to run, and what a rank waits for happens on another
-#   rank: you need every rank's timeline (lesson 04) to see it. Results also differ from one
-#   process in the last bits (lesson 01).
-# * **Cost**: N ranks bill N cores. With efficiency *E*, each sample costs 1 / *E* times the
-#   core-seconds; below an efficiency of 1/2 on 2 ranks you pay more *and* wait longer.
+#   rank (lesson 04's timelines).
+# * **Cost**: N ranks bill N cores; with efficiency *E* a sample costs 1 / *E* times the
+#   core-seconds.
 
 # %% [markdown]
 # ## 7. Exercise
@@ -434,152 +450,6 @@ for label, a in (("fitted inside training", alpha), ("idle ping-pong", idle_alph
 print(f"compute per rank at 8 ranks: about {worst[1]['compute_s'] / 8 * 1e3:.3f} ms per step")
 
 # %% [markdown]
-# ## 8. More data, more accuracy
-#
-# The insurance company did not only ask for speed: it wants a **more accurate** model, trained
-# on **more data**. So far every run here trained on the same 1,438 real training digits. Offline
-# we cannot collect new handwriting, but we can do what Simard, Steinkraus and Platt (2003) did
-# for MNIST: make new samples by **distorting** the training digits, an elastic distortion (a
-# random displacement field, smoothed by a Gaussian so neighbouring pixels move together) plus a
-# small rotation, scaling, shear and shift. A distorted "7" is still a "7" written by a slightly
-# different hand.
-
-# %% [markdown]
-# `distlab.distorted.DistortedDigits(100_000)` is such a set: samples 0 to 1,437 are the real
-# digits, every later sample a distorted copy. Nothing is stored: each rank makes the images of
-# its own mini-batches when it needs them, from random numbers that depend only on the seed and
-# the sample's index. The **test digits stay real and untouched**.
-
-# %% tags=["nbval-ignore-output"]
-import statistics
-
-import torch
-
-from distlab.course import results as course_results
-from distlab.distorted import DistortedDigits
-from distlab.measure import more_data
-from distlab.widgets import more_data as data_pictures
-from distlab.widgets.display import show
-
-big = DistortedDigits(100_000, seed=0)
-show(data_pictures.distortions(big))
-again = DistortedDigits(100_000, seed=0).train_batch(torch.tensor([2 * 1_438 + 5]))[0]
-untouched = torch.equal(big.x_test, big.real.x_test)
-same = torch.equal(again, big.train_batch(torch.tensor([2 * 1_438 + 5]))[0])
-assert untouched and same
-print("training samples:", big.n_train, "| test digits real and untouched:", untouched)
-print("sample 2,881 is the same image when made again, on any rank:", same)
-
-# %% [markdown]
-# ### Predict, then measure: accuracy against the number of samples
-#
-# The cell below trains the MLP and the CNN of lesson 01 on the first *n* samples of this set,
-# for three sizes *n* (a few hundred real digits, all 1,438 of them, and the whole distorted
-# set) and three seeds each, with the **same number of steps** of the same batch for every
-# size, and tests each model on the real held-out digits. The training is short (`STEPS`), so
-# that the cell takes seconds: a small budget of computation.
-#
-# **Predict** before you run it: from the smallest set to the largest, how many points of test
-# accuracy does each model gain? Which model gains more? Does a set larger than the steps can
-# visit (steps x batch samples) still help?
-
-# %% tags=["nbval-ignore-output"]
-STEPS, BATCH, SIZES = 100, 64, (300, 1_438, 100_000)     # bench/more_data.py trains the CNN 1,500 steps
-rows = more_data.accuracy_vs_samples(SIZES, seeds=(0, 1, 2), steps=STEPS, global_batch_size=BATCH)
-summary = more_data.summarise(rows)
-show(data_pictures.accuracy_vs_samples(summary))
-for s in summary:
-    print(f"{s['model']:>4} {s['samples']:>7,} samples: test accuracy {s['median']:.1%} "
-          f"(seeds from {s['low']:.1%} to {s['high']:.1%})")
-for model in ("mlp", "cnn"):
-    g = more_data.gain(summary, model)
-    print(f"{model.upper()}: {g['smallest']:,} -> {g['largest']:,} samples: {g['points']:+.1f} points, "
-          f"twice the spread {g['twice_spread']:.1f} -> {g['verdict']}")
-print(f"each training read at most {STEPS} x {BATCH} = {STEPS * BATCH:,} samples")
-
-# %% [markdown]
-# What decides the answer:
-#
-# * a few hundred real digits leave whole ways of writing a digit unseen; the test set has them;
-# * distorted copies teach **invariance** (a digit shifted, rotated or bent is the same digit),
-#   not new writers; their value stops where the test digits differ in ways no distortion makes;
-# * a fixed number of steps visits at most steps x batch samples: beyond that, a larger set is
-#   a set the training never finishes reading, and what it does read is then mostly distorted
-#   copies, not the real digits the test set resembles. More data needs more computation to
-#   pay off, which is exactly where more workers come in.
-
-# %% [markdown]
-# And the model matters: the CNN shares its filters across positions, so in principle shifted
-# copies teach it more than the MLP, whose every pixel has its own weights; whether they did in
-# your run is for the verdict lines to say.
-#
-# The verdict lines above compare each gain with twice the spread over seeds, and say
-# "no clear difference" when the seeds alone could explain it.
-#
-# **Try it**: set `STEPS = 300` and rerun the cell (about three times the seconds). Does the
-# largest set's gain grow with the computation? `bench/more_data.py` asks the same question of
-# the CNN with 1,500 steps, at the smallest and the largest size.
-
-# %% [markdown]
-# ### Do two workers reach the accuracy sooner?
-#
-# Data parallelism does not change *what* is learned: N ranks averaging gradients take the steps
-# of one process at the same global batch (lesson 01). It can only change **when**. The cell
-# below trains the CNN with `data_parallel.train` on 1 and on 2 real ranks, on the 100,000
-# distorted digits (each rank makes its own half of every batch), evaluates on the real test
-# digits every few steps, and reads off the training seconds to a target accuracy, and the
-# accuracy each reached within the same wall-time budget. Two repeats, each with its own seed;
-# right after each training, the same ranks also measure the probe ceiling (next cell).
-
-# %% [markdown]
-# **Predict**: two ranks halve each rank's compute and add an all-reduce. Sections 2 to 4 and
-# the probe ceiling of this machine (lesson 06: two ranks multiplying with no communication at
-# all) bound the answer. Will 2 ranks get there sooner?
-
-# %% tags=["nbval-ignore-output"]
-TARGET = 0.93
-found = more_data.time_to_accuracy(TARGET, (2, 1), model="cnn", width=16, steps=150, global_batch_size=128,
-                                   evaluate_every=10, repeats=2, probe=True)   # 2 first: section 4's warm ranks
-probe = statistics.median(found["probe"])
-show(data_pictures.time_to_accuracy(found))
-for n in (1, 2):
-    times = ", ".join("not reached" if t is None else f"{t:.2f} s" for t in found[n]["seconds_to_target"])
-    within = ", ".join("none yet" if a is None else f"{a:.1%}" for a in found[n]["accuracy_at_budget"])
-    print(f"{n} rank{'s' if n > 1 else ' '}: to {TARGET:.0%} in {times}; within the budget reached {within}")
-ratios = more_data.speedup_to_target(found)
-print("probe ceiling per repeat: " + ", ".join(f"{c:.2f}" for c in found["probe"]))
-print(more_data.speed_verdict(ratios, probe))
-
-# %% [markdown]
-# Reading the result: the accuracy after each *step* is the same on 1 and 2 ranks (same seed,
-# same global batches), so any difference in the picture is the clock. Two ranks can gain at
-# most what the probe ceiling allows, less the all-reduce and the waiting of each step; on a
-# shared 2-core machine that is little. On a cluster with a core (or a GPU) per rank, the same
-# code turns more data into a better model in the same wall time, as long as each rank's
-# compute stays large against its all-reduce (section 4's model).
-
-# %% tags=["nbval-ignore-output"]
-course_results.remember("05", more_data={                                             # for lesson 11
-    "sizes": list(SIZES), "steps": STEPS, "summary": summary,
-    "gain": {m: more_data.gain(summary, m) for m in ("mlp", "cnn")},
-    "target": TARGET, "seconds_to_target": {n: found[n]["seconds_to_target"] for n in (1, 2)},
-    "accuracy_at_budget": {n: found[n]["accuracy_at_budget"] for n in (1, 2)}, "budget": found["budget"],
-    "speedup_to_target": ratios, "probe_ceiling": probe, "probe_ceilings": found["probe"]})
-
-# %% [markdown]
-# ### Exercise: which sets did the training read to the end?
-#
-# In the accuracy cell, each training took `STEPS` steps of `BATCH` samples. Which sizes of
-# `SIZES` did it visit **completely** (every sample at least once)? Answer with a list of
-# sizes, e.g. `[300]`.
-
-# %%
-from distlab.course import exercises
-
-answer = ...     # <- a list of sizes
-exercises.sets_read(answer, SIZES, STEPS, BATCH)
-
-# %% [markdown]
 # ## What to tell the insurance company
 #
 # * A second **rank** can only pay when each step does a lot of arithmetic per byte of gradient:
@@ -593,14 +463,10 @@ exercises.sets_read(answer, SIZES, STEPS, BATCH)
 #   and expect a limit.
 
 # %% [markdown]
-# On the accuracy the company asked for:
-#
-# * More data buys accuracy only as far as the training reads it and the new samples differ the
-#   way the test digits do; section 8's verdicts say whether it did here, and whether two ranks
-#   reached the target sooner (`bench/more_data.py` measures both with more steps and repeats).
 # * Measure on the real machine before buying more: `bench/scaling.py` does it for these regimes.
 #
-# Next lesson: when the model itself no longer fits on one worker, **06 · Splitting the model**.
+# Next lesson: the accuracy the company asked for, on real handwriting, **05b · More data, more
+# accuracy?**
 
 # %% [markdown]
-# **Previous:** [04 · Keeping workers in sync](04_keeping_workers_in_sync.ipynb) · **Next:** [06 · Splitting the model](06_splitting_the_model.ipynb) · [The course: map, glossary, solutions](../course/README.md)
+# **Previous:** [04 · Keeping workers in sync](04_keeping_workers_in_sync.ipynb) · **Next:** [05b · More data, more accuracy?](05b_more_data.ipynb) · [The course: map, glossary, solutions](../course/README.md)

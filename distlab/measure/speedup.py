@@ -103,10 +103,12 @@ def verdicts(rows, world_size: int = 2) -> str:
 
     A lesson must not promise a speedup that this machine may not deliver today, so it prints
     this instead: ``world_size`` ranks against one process with 1 thread, and against one with
-    ``world_size`` threads, for every repeat (each repeat is a round in which every
-    configuration ran once).  "Faster" or "slower" only when every repeat agrees; otherwise
-    the difference is smaller than the spread of the repeats.
+    ``world_size`` threads.  Each repeat (a round in which every configuration ran once) gives
+    one ratio, one independent run; the course's one rule (``distlab.verdict.against`` on the
+    ratios, ``log=True``) says "faster", "slower" or "no clear difference" against 1.
     """
+    from ..verdict import against
+
     lines = []
     for key in dict.fromkeys(config_key(r) for r in rows):
         model, width, scaling, batch = key
@@ -114,8 +116,9 @@ def verdicts(rows, world_size: int = 2) -> str:
             ratios = repeat_ratios(rows, key, world_size, 1, threads)
             if not ratios:
                 continue
-            said = ("faster" if ratios[0] > 1 else "slower" if ratios[-1] < 1
-                    else "no clear difference (the repeats fall on both sides of 1)")
+            v = against(ratios, 1.0, names=(f"{world_size} ranks", other), better="higher", log=True)
+            said = ("faster" if v.winner == f"{world_size} ranks" else "slower" if v.winner else
+                    v.text.split(" (")[0])
             lines.append(f"{model}{width}, {scaling}, batch {batch}: {world_size} ranks vs {other}: "
                          f"{statistics.median(ratios):.2f}x (repeats {ratios[0]:.2f} to {ratios[-1]:.2f}): {said}")
     return "\n".join(lines)

@@ -14,9 +14,9 @@ from matplotlib.figure import Figure
 
 from .display import BLUE, GREEN, GREY, ORANGE, PURPLE, VERMILLION, WIDTH
 
-# What lesson 05's more-data section stores (course_results.remember("05", more_data={...})): its
-# "summary" holds more_data.summarise's rows (model, samples, median, low, high, spread).
-MORE_DATA_KEY = "more_data"
+# What lesson 05b stores (course_results.remember("05b", curve={...})): its "summary" holds
+# more_data.summarise's rows (model: the data set's name, samples, mean, median, low, high).
+MORE_DATA_LESSON, MORE_DATA_KEY = "05b", "curve"
 
 
 def _missing(ax, title: str, lesson: str, what: str = "") -> None:
@@ -61,7 +61,7 @@ def _lesson05(ax, r):
 
 
 def _more_data(ax, rows):
-    colours = {"mlp": BLUE, "cnn": GREEN}
+    colours = {"mlp": BLUE, "cnn": GREEN, "mnist_5k": BLUE, "distorted_mnist_5k": GREEN}
     for model in dict.fromkeys(row["model"] for row in rows):
         mine = sorted((row for row in rows if row["model"] == model), key=lambda row: row["samples"])
         xs = [row["samples"] for row in mine]
@@ -71,7 +71,7 @@ def _more_data(ax, rows):
     ax.set_xscale("log")
     ax.set_xlabel("training samples")
     ax.set_ylabel("test accuracy (seeds: range)")
-    ax.set_title("05: more data, more accuracy?", fontsize=10)
+    ax.set_title("05b: more data, more accuracy?", fontsize=10)
     ax.legend(fontsize=7)
 
 
@@ -104,10 +104,10 @@ def course_figure(results: dict) -> Figure:
             draw(ax, results[lesson])
         else:
             _missing(ax, title, lesson)
-    more = results.get("05", {}).get(MORE_DATA_KEY, {}).get("summary")
+    more = results.get(MORE_DATA_LESSON, {}).get(MORE_DATA_KEY, {}).get("summary")
     if more:
         _more_data(axes[3], more)
     else:
-        _missing(axes[3], "05: more data, more accuracy?", "05", "(its more-data section)")
+        _missing(axes[3], "05b: more data, more accuracy?", MORE_DATA_LESSON)
     fig.suptitle("Your measurements across the course", fontsize=11)
     return fig

@@ -1,8 +1,8 @@
-"""Lesson 05 pictures for "More data, more accuracy": drawn from the rows and curves of
+"""Lesson 05b pictures for "More data, more accuracy": drawn from the rows and curves of
 ``distlab.measure.more_data``, never from anything else.
 
 - ``distortions``: real training digits and distorted copies of them (``distorted.DistortedDigits``);
-- ``accuracy_vs_samples``: test accuracy against training-set size, median and range over seeds;
+- ``accuracy_vs_samples``: test accuracy against training-set size, mean and range over seeds;
 - ``time_to_accuracy``: test accuracy against training seconds on each world size, the target
   drawn across.
 """
@@ -29,23 +29,25 @@ def distortions(digits, columns: int = 8, copies: int = 3) -> Figure:
             ax.imshow(x[col, 0].numpy(), cmap="gray_r", vmin=0, vmax=1)
             ax.set_xticks([]), ax.set_yticks([])
         axes[row, 0].set_ylabel("real" if row == 0 else f"copy {row}", fontsize=8)
-    fig.suptitle("sample i, i + 1,438, i + 2 x 1,438, ...: one real digit and its distorted copies", fontsize=9)
+    fig.suptitle(f"sample i, i + {n_real:,}, i + 2 x {n_real:,}, ...: one real digit and its distorted copies",
+                 fontsize=9)
     return fig
 
 
-def accuracy_vs_samples(summary: list[dict]) -> Figure:
-    """Lesson 05: median test accuracy per size (line), and the lowest to highest seed (bar)."""
+def accuracy_vs_samples(summary: list[dict], real: int = 4_000) -> Figure:
+    """Lesson 05b: mean test accuracy per size (line), and the lowest to highest seed (bar); ``real``: the
+    real training digits (a dotted line: beyond it, distorted copies)."""
     fig = Figure(figsize=(NARROW, 3.6))
     ax = fig.subplots()
     for i, model in enumerate(dict.fromkeys(r["model"] for r in summary)):
         rows = [r for r in summary if r["model"] == model]
         n = [r["samples"] for r in rows]
-        med = [100 * r["median"] for r in rows]
-        err = [[100 * (r["median"] - r["low"]) for r in rows], [100 * (r["high"] - r["median"]) for r in rows]]
-        ax.errorbar(n, med, yerr=err, marker="o", capsize=4, label=model.upper(),
+        med = [100 * r["mean"] for r in rows]
+        err = [[100 * (r["mean"] - r["low"]) for r in rows], [100 * (r["high"] - r["mean"]) for r in rows]]
+        ax.errorbar(n, med, yerr=err, marker="o", capsize=4, label=model,
                     color=MODEL_COLOURS.get(model, OKABE_ITO[i]))
     ax.set_xscale("log")
-    ax.axvline(1_438, color=GREY, linestyle=":", label="all real training digits")
+    ax.axvline(real, color=GREY, linestyle=":", label="all real training digits")
     ax.set_xlabel("training samples (log scale)")
     ax.set_ylabel("test accuracy on the real digits (%)")
     ax.legend(fontsize=8)
@@ -64,8 +66,6 @@ def time_to_accuracy(found: dict) -> Figure:
                     color=rank_colour(n - 1), alpha=1 if j == 0 else 0.5,
                     label=f"{n} rank{'s' if n > 1 else ''}" if j == 0 else None)
     ax.axhline(100 * found["target"], color=GREY, linestyle="--", label="target")
-    if found.get("budget"):
-        ax.axvline(found["budget"], color=GREY, linestyle=":", label="same wall-time budget")
     ax.set_xlabel("training seconds (evaluations left out)")
     ax.set_ylabel("test accuracy (%)")
     ax.legend(fontsize=8)
