@@ -128,8 +128,11 @@ from distlab.course import results as course_results
 
 ranges = {name: [r["speedup_lo"], r["speedup_hi"]] for name, cfg in REGIMES.items() for r in table
           if r["world_size"] == 2 and speedup.config_key(r) == speedup.config_key(dict(cfg, scaling="strong"))}
+runs = {name: speedup.repeat_ratios(rows, speedup.config_key(r), 2, r["threads"], 1, method=r["method"])
+        for name, cfg in REGIMES.items() for r in table
+        if r["world_size"] == 2 and speedup.config_key(r) == speedup.config_key(dict(cfg, scaling="strong"))}
 course_results.remember("05", speedup_2_ranks=measured, speedup_2_ranks_repeats=ranges,   # for lesson 11
-                        regimes=REGIMES)
+                        speedup_2_ranks_runs=runs, regimes=REGIMES)
 
 # %% [markdown]
 # Which configurations gained, and by more than the spread? Each configuration ran three times

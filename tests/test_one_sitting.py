@@ -14,7 +14,7 @@ from helpers import ROOT as _ROOT
 from distlab.course import results
 
 ROOT = Path(_ROOT)
-SETS = {"lessons": ROOT / "notebooks", "solutions": ROOT / "course" / "solutions"}
+SETS = {"lessons": ROOT / "notebooks"}    # the solutions are a sitting of their own (tools/run_course.py)
 
 
 def kept_in(path) -> list[dict]:
