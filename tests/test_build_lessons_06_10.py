@@ -1,0 +1,58 @@
+"""Issue 37: lessons 06-10's build-it exercises.  The learner's function, as a notebook cell defines it,
+is run on real ranks (or, where the mechanism is data, in the real pipeline or launcher) and compared
+with one process or the library; a correct answer passes and each planted mistake is caught and named.
+"""
+import pytest
+from test_build import from_cell
+
+from distlab.course import exercises_pipeline
+
+pytestmark = pytest.mark.usefixtures("warm_ranks")      # one start-up per world size, shared by the checks
+
+ONE_F_ONE_B = '''
+def my_one_f_one_b(stages, micro_batches, stage):
+    warmup = min(stages - 1 - stage, micro_batches)
+    order = [("F", i) for i in range(warmup)]
+    for i in range(micro_batches - warmup):
+        order += [("F", warmup + i), ("B", i)]
+    return order + [("B", i) for i in range(micro_batches - warmup, micro_batches)]
+'''
+
+
+def said(capsys) -> str:
+    return capsys.readouterr().out
+
+
+def test_lesson_06_a_correct_1f1b_order_runs_on_real_ranks_and_passes(capsys):
+    assert exercises_pipeline.one_f_one_b_order(from_cell(ONE_F_ONE_B, "my_one_f_one_b")) is True
+    out = said(capsys)
+    assert "correct. On 2 real ranks with 4 micro-batches" in out and "held at most 2 and 1" in out, out
+
+
+@pytest.mark.parametrize("mistake,named", [
+    # GPipe's order: every forward first
+    (ONE_F_ONE_B.replace("warmup = min(stages - 1 - stage, micro_batches)", "warmup = micro_batches"),
+     "stage 0's pass number 2 is F2 where 1F1B runs B0"),
+    # a warm-up of one forward on every stage but the last: right for 2 stages, wrong for 3
+    (ONE_F_ONE_B.replace("min(stages - 1 - stage, micro_batches)", "1 if stage < stages - 1 else 0"),
+     "with 3 stages and 6 micro-batches, stage 0's pass number 2 is B0 where 1F1B runs F2"),
+    # no warm-up at all: a valid order, but stage 1 idles while stage 0 waits for each gradient
+    (ONE_F_ONE_B.replace("min(stages - 1 - stage, micro_batches)", "0"),
+     "stage 0's pass number 1 is B0 where 1F1B runs F1"),
+    # backward before forward in the steady state: the last stage waits for its own forward
+    (ONE_F_ONE_B.replace('[("F", warmup + i), ("B", i)]', '[("B", i), ("F", warmup + i)]'), "deadlock"),
+    # the last backward forgotten
+    (ONE_F_ONE_B.replace("range(micro_batches - warmup, micro_batches)", "range(micro_batches - warmup, "
+                                                                          "micro_batches - 1)"),
+     "missing B3"),
+])
+def test_lesson_06_planted_mistakes_in_the_order_are_named(capsys, mistake, named):
+    assert exercises_pipeline.one_f_one_b_order(from_cell(mistake, "my_one_f_one_b")) is False
+    out = said(capsys)
+    assert named in out, out
+
+
+def test_lesson_06_the_placeholder_starts_nothing(capsys):
+    cell = 'def my_one_f_one_b(stages, micro_batches, stage):\n    """The passes."""\n    ...\n'
+    assert exercises_pipeline.one_f_one_b_order(from_cell(cell, "my_one_f_one_b")) is None
+    assert "not answered yet" in said(capsys)
