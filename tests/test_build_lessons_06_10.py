@@ -5,7 +5,7 @@ with one process or the library; a correct answer passes and each planted mistak
 import pytest
 from test_build import from_cell
 
-from distlab.course import exercises_pipeline
+from distlab.course import exercises_pipeline, exercises_tensor
 
 pytestmark = pytest.mark.usefixtures("warm_ranks")      # one start-up per world size, shared by the checks
 
@@ -55,4 +55,88 @@ def test_lesson_06_planted_mistakes_in_the_order_are_named(capsys, mistake, name
 def test_lesson_06_the_placeholder_starts_nothing(capsys):
     cell = 'def my_one_f_one_b(stages, micro_batches, stage):\n    """The passes."""\n    ...\n'
     assert exercises_pipeline.one_f_one_b_order(from_cell(cell, "my_one_f_one_b")) is None
+    assert "not answered yet" in said(capsys)
+
+
+SPLIT = '''
+def my_split(worker, fc2, fc3):
+    rank, size = worker.rank, worker.world_size
+
+    class F(torch.autograd.Function):          # f: identity forward, all-reduce backward
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad = grad.clone()
+            dist.all_reduce(grad)
+            return grad
+
+    class G(torch.autograd.Function):          # g: all-reduce forward, identity backward
+        @staticmethod
+        def forward(ctx, partial):
+            partial = partial.clone()
+            dist.all_reduce(partial)
+            return partial
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    class Column(torch.nn.Module):
+        def __init__(self, linear):
+            super().__init__()
+            rows = linear.out_features // size
+            self.weight = torch.nn.Parameter(linear.weight.detach()[rank * rows:(rank + 1) * rows].clone())
+            self.bias = torch.nn.Parameter(linear.bias.detach()[rank * rows:(rank + 1) * rows].clone())
+
+        def forward(self, x):
+            return torch.nn.functional.linear(F.apply(x), self.weight, self.bias)
+
+    class Row(torch.nn.Module):
+        def __init__(self, linear):
+            super().__init__()
+            cols = linear.in_features // size
+            self.weight = torch.nn.Parameter(linear.weight.detach()[:, rank * cols:(rank + 1) * cols].clone())
+            self.bias = torch.nn.Parameter(linear.bias.detach().clone())
+
+        def forward(self, x):
+            return G.apply(torch.nn.functional.linear(x, self.weight)) + self.bias
+
+    return Column(fc2), Row(fc3)
+'''
+
+
+def test_lesson_07_correct_split_layers_train_to_one_process_on_real_ranks(capsys):
+    assert exercises_tensor.split_layers(from_cell(SPLIT, "my_split")) is True
+    assert "correct. On 2 real ranks your layers trained" in said(capsys)
+
+
+@pytest.mark.parametrize("mistake,named", [
+    # the bias inside the all-reduce: added on both ranks
+    (SPLIT.replace("G.apply(torch.nn.functional.linear(x, self.weight)) + self.bias",
+                   "G.apply(torch.nn.functional.linear(x, self.weight, self.bias))"),
+     "The output layer moved differently too: the block's output is wrong"),
+    # g's backward all-reduced as well: the block's gradients doubled
+    (SPLIT.replace("        def backward(ctx, grad):\n            return grad\n",
+                   "        def backward(ctx, grad):\n            grad = grad.clone()\n"
+                   "            dist.all_reduce(grad)\n            return grad\n"),
+     "parameter fc1.weight"),
+    # f forgotten: fc1 gets only this rank's share of its gradient
+    (SPLIT.replace("F.apply(x)", "x"), "Also apart at that step: fc1.bias. The output layer agrees"),
+    # fc3 cut by rows instead of columns
+    (SPLIT.replace("linear.weight.detach()[:, rank * cols:(rank + 1) * cols]",
+                   "linear.weight.detach()[rank * cols:(rank + 1) * cols]"),
+     "mat1 and mat2 shapes cannot be multiplied"),
+])
+def test_lesson_07_planted_mistakes_in_the_split_are_named(capsys, mistake, named):
+    assert exercises_tensor.split_layers(from_cell(mistake, "my_split")) is False
+    out = said(capsys)
+    assert named in out, out
+
+
+def test_lesson_07_the_placeholder_starts_nothing(capsys):
+    cell = 'def my_split(worker, fc2, fc3):\n    """Yours."""\n    ...\n'
+    assert exercises_tensor.split_layers(from_cell(cell, "my_split")) is None
     assert "not answered yet" in said(capsys)
