@@ -5,7 +5,7 @@ with one process or the library; a correct answer passes and each planted mistak
 import pytest
 from test_build import from_cell
 
-from distlab.course import exercises_pipeline, exercises_tensor
+from distlab.course import exercises_pipeline, exercises_tensor, exercises_zero
 
 pytestmark = pytest.mark.usefixtures("warm_ranks")      # one start-up per world size, shared by the checks
 
@@ -140,3 +140,31 @@ def test_lesson_07_the_placeholder_starts_nothing(capsys):
     cell = 'def my_split(worker, fc2, fc3):\n    """Yours."""\n    ...\n'
     assert exercises_tensor.split_layers(from_cell(cell, "my_split")) is None
     assert "not answered yet" in said(capsys)
+
+
+ZERO1 = '''
+def my_zero1_update(worker, flat, flat_grad, shard, optimizer):
+    mine = worker.reduce_scatter(flat_grad)          # my slice of everyone's gradients, summed
+    shard.grad = mine / worker.world_size            # the mean, as data parallelism takes
+    optimizer.step()                                 # only my shard moves; only its state is kept
+    flat.copy_(torch.cat(worker.all_gather(shard)))  # everyone's new shards, to every rank
+'''
+
+
+def test_lesson_08_a_correct_zero1_update_makes_one_process_update_on_real_ranks(capsys):
+    assert exercises_zero.zero1_update(from_cell(ZERO1, "my_zero1_update")) is True
+    assert "correct. On 2 real ranks, each updating only its shard" in said(capsys)
+
+
+@pytest.mark.parametrize("mistake,named", [
+    (ZERO1.replace("mine / worker.world_size", "mine"), "the whole update is 2x one process's: a sum"),
+    (ZERO1.replace("    flat.copy_(torch.cat(worker.all_gather(shard)))", "    pass"),
+     "did not move at all: the shards of the other ranks never reached it (the all-gather)"),
+    (ZERO1.replace("mine = worker.reduce_scatter(flat_grad)",
+                   "mine = flat_grad[worker.rank * shard.numel():(worker.rank + 1) * shard.numel()] * 2"),
+     "rank 0's update and one process's part at step 0"),
+])
+def test_lesson_08_planted_mistakes_in_the_zero1_update_are_named(capsys, mistake, named):
+    assert exercises_zero.zero1_update(from_cell(mistake, "my_zero1_update")) is False
+    out = said(capsys)
+    assert named in out, out
