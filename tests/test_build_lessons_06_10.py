@@ -5,7 +5,7 @@ with one process or the library; a correct answer passes and each planted mistak
 import pytest
 from test_build import from_cell
 
-from distlab.course import exercises_pipeline, exercises_tensor, exercises_zero
+from distlab.course import exercises_cluster, exercises_pipeline, exercises_tensor, exercises_zero
 
 pytestmark = pytest.mark.usefixtures("warm_ranks")      # one start-up per world size, shared by the checks
 
@@ -166,5 +166,29 @@ def test_lesson_08_a_correct_zero1_update_makes_one_process_update_on_real_ranks
 ])
 def test_lesson_08_planted_mistakes_in_the_zero1_update_are_named(capsys, mistake, named):
     assert exercises_zero.zero1_update(from_cell(mistake, "my_zero1_update")) is False
+    out = said(capsys)
+    assert named in out, out
+
+
+RANK_ENV = '''
+def my_rank_environment(nodes, processes_per_node, node, local_rank):
+    return {"RANK": node * processes_per_node + local_rank, "LOCAL_RANK": local_rank,
+            "WORLD_SIZE": nodes * processes_per_node, "LOCAL_WORLD_SIZE": processes_per_node,
+            "GROUP_RANK": node}
+'''
+
+
+@pytest.mark.parametrize("answer,named", [
+    (RANK_ENV, "correct. Your environment equals what torchrun gave each of the 6 processes of 2 nodes x 3"),
+    # ranks numbered local rank first: the nodes interleaved
+    (RANK_ENV.replace("node * processes_per_node + local_rank", "local_rank * nodes + node"),
+     "Node 0's local rank 1: torchrun gave RANK=1, yours says 2"),
+    # the world of one node
+    (RANK_ENV.replace('"WORLD_SIZE": nodes * processes_per_node', '"WORLD_SIZE": processes_per_node'),
+     "torchrun gave WORLD_SIZE=6, yours says 3"),
+])
+def test_lesson_09_the_rank_environment_is_checked_against_real_torchrun_agents(capsys, answer, named):
+    """One real 2 x 3 job (cached), every answer compared with what its processes received."""
+    assert exercises_cluster.rank_environment(from_cell(answer, "my_rank_environment")) is ("correct" in named)
     out = said(capsys)
     assert named in out, out
