@@ -195,8 +195,8 @@ for m in (1, 2, 4, 8):
 # they share the run's start-up, its moment on the machine, its neighbours. So each repeat
 # gives one number, its median bubble over the steps, and the course's one rule
 # (`distlab.verdict`, lesson 01) compares the repeats of the two schedules: it names a winner
-# only when the gap exceeds both its 99% uncertainty and the smallest gap that matters, and
-# says "no clear difference" otherwise. At m = 1 the two schedules are the very same passes
+# only when the gap exceeds both its uncertainty (the interval the verdict prints) and the
+# smallest gap that matters, and says "no clear difference" otherwise. At m = 1 the two schedules are the very same passes
 # in the same order, so that row must say "no clear difference".
 
 # %% tags=["nbval-ignore-output"]
@@ -258,8 +258,8 @@ print(f"messages sent per step, both ranks, m = 4: 1f1b {messages['1f1b']}, inte
 assert messages == {"1f1b": 2 * 4, "interleaved": 2 * 4 * 3}
 
 # %% [markdown]
-# **Predict**, then measure: the formula promises 11% for the interleaved run, against 20% for
-# plain 1F1B. Do the real ranks see a smaller bubble? The next cells draw one step and
+# **Predict**, then measure: the formula promises the interleaved run a bubble of (p-1)/(v m+p-1),
+# about half of plain 1F1B's (the cell above printed both). Do the real ranks see a smaller bubble? The next cells draw one step and
 # compare the repeats by the one rule, then split each stage's time as before.
 
 # %% tags=["nbval-ignore-output"]
@@ -278,7 +278,7 @@ for name, run in (("1f1b", runs["1f1b", 4]), ("interleaved", interleaved)):
 # the time. On these ranks each pass is a fraction of a millisecond of arithmetic, and every
 # message costs a fixed time of its own (lesson 03's alpha) that no pass hides; interleaving
 # made three times as many of them, each now next to a pass half as long. So the time spent in
-# receives grows, and nothing makes the measured bubble follow the formula's 11%: the lines
+# receives grows, and nothing makes the measured bubble follow the formula: the lines
 # above print what it was on these runs, and the verdict whether it beat plain 1F1B. Interleaving
 # pays where a pass is long next to a message's fixed cost (large micro-batches, fast links), as
 # on the GPU clusters it was made for (Narayanan et al. 2021, section 2.2.2).

@@ -89,5 +89,5 @@ def zero1_update(fn, world_size: int = 2) -> bool | None:
             print(f"{EXERCISE}: not quite, after {STEPS} step {report}. So: {why}.")
             return False
     print(f"{EXERCISE}: correct. On {world_size} real ranks, each updating only its shard, every rank made "
-          f"one process's update (within {report.tolerance:g}).")
+          f"one process's update.")
     return True
