@@ -264,6 +264,26 @@ my_batch = ...       # the batch at which both move the same bytes per step
 exercises.equal_traffic_batch(my_batch, width=512)
 
 # %% [markdown]
+# **4. Build it: the split layers.** Write `my_split(worker, fc2, fc3)`: given the whole layers,
+# return this rank's two layers, each an `nn.Module` keeping its slices as parameters named
+# `weight` and `bias`: `fc2` column-wise (section 1: rank r's rows), `fc3` row-wise (its columns,
+# the bias whole). Their forward and backward need Megatron's *f* and *g* (section 1): write them
+# as two `torch.autograd.Function`s with `dist.all_reduce` (`torch`, `dist` and `worker.rank`,
+# `worker.world_size` are there on the ranks). The checker trains with your layers on two real
+# ranks and compares the parameters with one process, naming the first that differs.
+
+# %%
+from distlab.course import exercises_tensor
+
+
+def my_split(worker, fc2, fc3):
+    """This rank's column-parallel fc2 and row-parallel fc3: (new_fc2, new_fc3)."""
+    ...
+
+
+exercises_tensor.split_layers(my_split)
+
+# %% [markdown]
 # ## What we measured
 #
 # | | each rank holds | communication | bubble |

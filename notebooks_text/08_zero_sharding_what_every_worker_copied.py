@@ -334,10 +334,11 @@ else:
 # **Predict.** What if we had left DeepSpeed's default `gradient_clipping` of 1.0? While the
 # gradients' global norm stays below 1.0 nothing changes; once a step's norm exceeds it, that
 # gradient is scaled down. Adam divides each update by the running size of the gradients, so
-# the first scaled gradient changes its update by only a fraction of the learning rate: small
-# enough to look like rounding, and why an earlier version of this lesson left that gap as "an
-# open question". After it the two runs compute different gradients, and the gap grows. The
-# same job at stage 0, clipped:
+# the first scaled gradient changes its update by only a fraction of the learning rate. That
+# gap is small next to a whole update, and an earlier version of this lesson left it as "an
+# open question"; but it is no rounding: the cell compares it with section 2's rounding gaps.
+# After it the two runs compute different gradients, and the gap grows. The same job at stage
+# 0, clipped:
 
 # %% tags=["nbval-ignore-output"]
 if deepspeed_zero.available() is None:
@@ -349,9 +350,11 @@ if deepspeed_zero.available() is None:
              for name, fn, kw in (("ours", zero.train, {}), ("clipped", deepspeed_zero.train, {"gradient_clipping": 1.0}))}
     gap_first = max(distlab.max_param_difference(t.params, o.params) for t, o in zip(first["clipped"], first["ours"]))
     gap = max(distlab.max_param_difference(t.params, o.params) for t, o in zip(clipped, ours))
-    assert 0 < gap_first < 0.1 * SETUP["lr"] < gap
+    rounding = max(gaps.values())               # section 2: the same sums in another order
+    assert 10 * rounding < gap_first < 0.1 * SETUP["lr"] < gap
     print(f"clipped at norm 1.0: the first {same} losses equal ours, so update {same} is the first clipped one; "
-          f"right after it the parameters differ by up to {gap_first / SETUP['lr']:.1%} of the learning rate, "
+          f"right after it the parameters differ by up to {gap_first / SETUP['lr']:.1%} of the learning rate "
+          f"({gap_first:.1e}: {gap_first / rounding:.0f} times section 2's largest rounding gap, {rounding:.1e}), "
           f"after {STEPS} updates by up to {gap / SETUP['lr']:.0%}")
 
 # %% [markdown]
@@ -383,6 +386,27 @@ exercises.smallest_stage_that_fits(my_stage, params=7e9, world_size=8, budget_gb
 my_ratio = ...       # ZeRO-3's bytes per step / plain data parallelism's
 
 exercises.zero3_traffic_ratio(my_ratio)
+
+# %% [markdown]
+# **4. Build it: ZeRO-1's update.** Write the step section 2 describes, called on every rank after
+# backward: `flat` holds the whole model's parameters (each parameter a view of it), `flat_grad`
+# this rank's own full gradients (not yet combined with the other rank's), `shard` this rank's
+# slice of `flat` and `optimizer` the optimizer over `shard` alone. Give `shard` its gradient
+# (everyone's, for this slice, averaged: `worker.reduce_scatter`), step the optimizer, then
+# all-gather the shards into `flat` (`worker.all_gather` returns every rank's tensor, in rank
+# order). The checker trains one step with it on two real ranks and compares each rank's
+# update with one process's.
+
+# %%
+from distlab.course import exercises_zero
+
+
+def my_zero1_update(worker, flat, flat_grad, shard, optimizer):
+    """Reduce-scatter the gradients, update my shard, all-gather the parameters."""
+    ...
+
+
+exercises_zero.zero1_update(my_zero1_update)
 
 # %% [markdown]
 # ## What we measured

@@ -106,6 +106,7 @@ started = time.perf_counter()
 terminal = subprocess.run([sys.executable, "-m", "distlab.cli", "run", path], capture_output=True, text=True)
 terminal_wall = time.perf_counter() - started
 print(terminal.stdout.replace(WORK, "WORK")[-1500:], terminal.stderr[-1500:])
+print(f"the terminal's wall time, a new Python starting and importing distlab included: {terminal_wall:.1f} s")
 
 # %%
 from_terminal = run.records(mine)
@@ -185,9 +186,18 @@ else:
 from distlab.widgets import launches
 from distlab.widgets.display import show
 
-runs = {"notebook": (in_notebook, notebook_wall), "terminal": (from_terminal, terminal_wall)}
+import re
+
+
+def done_in(output: str) -> float:
+    """The seconds `distlab run` says it took, from its own start (after Python imported distlab)."""
+    return float(re.search(r"distlab run: done in ([0-9.]+) s", output).group(1))
+
+
+# like with like: each launcher counted from its own start, none from a new Python importing distlab
+runs = {"notebook": (in_notebook, notebook_wall), "terminal": (from_terminal, done_in(terminal.stdout))}
 if two_nodes is not None:
-    runs["two nodes"] = (two_nodes, nodes_wall)
+    runs["two nodes"] = (two_nodes, max(done_in(out) for out in outputs))
 show(launches.launches_figure(runs))
 for name, (records, wall) in runs.items():
     steps_s = launches.steps_seconds(records)
@@ -195,10 +205,12 @@ for name, (records, wall) in runs.items():
 
 # %% [markdown]
 # The steps are a small part of every launch: a run of a few steps is mostly start-up, and a
-# cluster job pays it once per job, so real jobs train for hours, not seconds. (The terminal's
-# total here counts from before a new Python starts and imports distlab; the "done in" that
-# `distlab run` printed above counts from its own start, so it is the smaller of the two.) Which
-# launch spent longest around its steps is the longest bar's grey part, on this run of this machine.
+# cluster job pays it once per job, so real jobs train for hours, not seconds. Each bar counts
+# from its launcher's own start: `distlab.launch`'s call in the notebook, and the "done in" that
+# `distlab run` printed in the terminal and on each node (the slower node's), so none of them
+# includes a new Python importing distlab, which the terminal pays on top (its wall time was
+# printed in section 2's cell). One run of each on a shared machine: which launch spent longest
+# around its steps is the longest bar's grey part on this run, not a ranking.
 
 # %% [markdown]
 # ## 5. Inside a node, between nodes
@@ -224,16 +236,18 @@ for name, records in where.items():
           f"-> {t['bytes'] / best / 1e9:4.2f} GB/s each rank sent")
 
 # %% [markdown]
-# Each line is one run of a few steps on a shared machine: the next run may differ by tens of
-# percent, so read the two lines against each other, not as a property of the cable.
-#
-# Why are these rates usually far below the bandwidth lesson 03 fitted (compare with what it
-# printed)? Lesson 03 timed one large
-# message sent back and forth, many times, and fitted 1/beta to the largest. Here each
-# all-reduce is a few messages of part of the gradient, each paying alpha; gloo also adds the
-# numbers, and the early rank may have pushed bytes into the kernel's buffers before the other
-# arrived. On the veth cable every byte also crosses a second network stack. And a handful of
-# steps gives few chances to catch a quiet moment.
+# Each line is one run of a few steps on a shared machine, and the next run may differ by tens
+# of percent: the steps of one run are no independent samples, so these two lines name no faster
+# link (that would take repeated runs and the course's one rule, lesson 01).
+
+# %% [markdown]
+# Lesson 03's model (`predict.alpha_beta`) says what such a rate can be compared with: a ring
+# all-reduce of n bytes on N ranks costs 2(N-1) messages' alpha, 2(N-1)/N n bytes' beta and the
+# adding of (N-1)/N n bytes (gamma), so bytes over time is below 1/beta whenever alpha and gamma
+# are not negligible, and the best of a handful of steps is a noisy estimate of the model's
+# best case. Mechanisms that could lower it further, a second network stack on the veth cable
+# or an early rank pushing bytes into the kernel's buffers, are not measured here, and one run
+# of each cannot show them.
 
 # %% [markdown]
 # **On a real cluster** the two links differ a lot, and they are hardware you can look up. In
@@ -377,6 +391,22 @@ except run_config.ConfigError as err:
 my_overrides = ...  # e.g. ["section.key=value"]
 
 exercises.fix_the_config(my_overrides)
+
+# %% [markdown]
+# **3. Build it: what torchrun tells each process.** Write the environment torchrun gives the
+# process with local rank `local_rank` on the node that joined as `node`, in a job of `nodes`
+# nodes of `processes_per_node` processes: a dict of `RANK`, `LOCAL_RANK`, `WORLD_SIZE`,
+# `LOCAL_WORLD_SIZE` and `GROUP_RANK` (the node's rank), as whole numbers. The checker starts
+# such a job for real, one torchrun per "node" on this machine (2 nodes x 3 processes, each
+# process only writing down what it received), and compares it with yours, process by process.
+
+# %%
+def my_rank_environment(nodes, processes_per_node, node, local_rank):
+    """The variables torchrun sets for one process: {"RANK": ..., "LOCAL_RANK": ..., ...}."""
+    ...
+
+
+exercises.rank_environment(my_rank_environment)
 
 # %% [markdown]
 # ## What we saw

@@ -347,8 +347,9 @@ print(line.replace(sys.executable, "python").replace(WORK, "WORK").replace(os.pa
 # %% [markdown]
 # ## Exercises
 #
-# **1. How often to save?** Saving costs time; a failure loses, on average, half the time since
-# the last checkpoint. Say a checkpoint of the insurance company's model takes 30 seconds to write and
+# **1. How often to save?** Saving costs time; a failure loses all the work since the last
+# checkpoint, which, failures striking at random moments, is on average half an interval
+# between checkpoints. Say a checkpoint of the insurance company's model takes 30 seconds to write and
 # the job sees a failure every 20 hours. How many seconds between checkpoints waste the least time?
 
 # %%

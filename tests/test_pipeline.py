@@ -20,6 +20,7 @@ from distlab.pipeline import pipeline, schedules, stages
 from distlab.pipeline.schedules import Op
 from distlab.predict import bubbles, traffic
 from distlab.predict.flops import layer_costs
+from distlab.verdict import verdict
 
 # these tests only need ranks to train on: launches reuse warm ones (conftest.py)
 pytestmark = pytest.mark.usefixtures("warm_ranks")
@@ -254,44 +255,27 @@ def test_the_idle_time_of_a_real_step_is_split_into_its_causes():
         bubble = schedules.bubble(pipeline.timeline(records, STEPS - 1))
         assert 1 - sum(r["compute"] for r in rows) / 2 == pytest.approx(bubble)
         assert all(r["recv"] > 0 and r["busy_s"] > 0 for r in rows)   # both stages receive, both compute
-    got = P.compare_bubbles({"gpipe": runs(2)["gpipe"], "1f1b": runs(2)["1f1b"]})
-    for name in ("gpipe", "1f1b"):        # the median and middle half of the bubbles of steps 2 on, step by step
+    for name in ("gpipe", "1f1b"):        # one run, one number: the median bubble of steps 2 on
         steps = [schedules.bubble(pipeline.timeline(runs(2)[name], s)) for s in range(2, STEPS)]
-        quartiles = statistics.quantiles(steps, n=4, method="inclusive")
-        assert [got[name][k] for k in ("low", "median", "high")] == pytest.approx(quartiles, abs=1e-12)
-    gpipe, f1b = got["gpipe"], got["1f1b"]                   # the verdict the two ranges give
-    assert got["verdict"] == ("gpipe idles less" if gpipe["high"] < f1b["low"] else
-                              "1f1b idles less" if f1b["high"] < gpipe["low"] else "no clear difference")
+        assert P.run_bubble(runs(2)[name]) == pytest.approx(statistics.median(steps), abs=1e-12)
 
 
-class _Stage:
-    """A stage's record with a made-up timeline: stage 0 busy all step, stage 1 for ``busy[step]``."""
-
-    def __init__(self, rank, busy):
-        self.rank, self.config, self.steps = rank, {"stage": rank}, list(range(len(busy)))
-        self.events = [dict(step=i, kind="F", micro=0, chunk=0, start=10.0 * i,
-                            end=10.0 * i + (1.0 if rank == 0 else b), held=1) for i, b in enumerate(busy)]
-
-
-def _run(busy):
-    return [_Stage(0, [1.0] * len(busy)), _Stage(1, busy)]
-
-
-def test_compare_bubbles_reports_a_tie_as_a_tie_and_a_gap_as_a_gap():
+def test_at_one_micro_batch_the_one_rule_finds_no_clear_difference_between_gpipe_and_1f1b():
+    """Lesson 06: at m = 1 GPipe and 1F1B are the very same passes, so the course's one rule, over
+    repeated real runs (one number each, the schedules taking turns), must say "no clear difference";
+    the old rule over the steps of one run named a winner here ("gpipe idles less")."""
     from distlab.widgets import pipeline as P
 
-    steady = [0.6, 0.5, 0.6, 0.7, 0.6, 0.5, 0.7]             # bubbles (1 - b) / 2: 0.15 to 0.25
-    assert P.compare_bubbles({"a": _run(steady), "b": _run(steady[::-1])}, skip=0)["verdict"] == \
-        "no clear difference"
-    overlapping = [0.55, 0.65, 0.6, 0.7, 0.5, 0.65, 0.6]
-    assert P.compare_bubbles({"a": _run(steady), "b": _run(overlapping)}, skip=0)["verdict"] == \
-        "no clear difference"
-    busier = [0.9, 0.95, 0.9, 0.85, 0.9, 0.95, 0.9]          # bubbles about 0.05: b idles less
-    got = P.compare_bubbles({"a": _run(steady), "b": _run(busier)}, skip=0)
-    assert got["verdict"] == "b idles less" and got["b"]["median"] == pytest.approx(0.05)
-    assert P.compare_bubbles({"x": _run(busier), "y": _run(steady)}, skip=0)["verdict"] == "x idles less"
-    with pytest.raises(ValueError, match="two runs"):
-        P.compare_bubbles({"a": _run(steady), "b": _run(steady), "c": _run(steady)})
+    assert schedules.schedule("gpipe", 2, 1) == schedules.schedule("1f1b", 2, 1)
+    got = {"gpipe": [], "1f1b": []}
+    for repeat in range(3):
+        for name in (("gpipe", "1f1b") if repeat % 2 == 0 else ("1f1b", "gpipe")):
+            records = distlab.launch(pipeline.train, world_size=2, schedule=name, micro_batches=1, steps=8,
+                                     model="mlp", width=256, depth=3, global_batch_size=128, lr=LR, seed=0,
+                                     progress="none")
+            got[name].append(P.run_bubble(records))
+    said = verdict(got["gpipe"], got["1f1b"], names=("gpipe", "1f1b"), better="lower")
+    assert said.winner is None and str(said).startswith("no clear difference"), said
 
 
 def test_the_compute_ceiling_runs_ranks_that_never_talk(monkeypatch):

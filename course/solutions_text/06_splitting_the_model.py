@@ -6,7 +6,7 @@
 
 # %%
 import distlab
-from distlab.course import exercises
+from distlab.course import exercises, exercises_pipeline
 from distlab.pipeline import pipeline, schedules
 
 # %% [markdown]
@@ -42,3 +42,21 @@ my_bytes = 256 * 512 * 4
 
 assert my_bytes == run[0].traffic["pipeline"]
 assert exercises.activation_bytes(my_bytes, batch=256, width=512, micro_batches=8)
+
+# %% [markdown]
+# **4. Build it: 1F1B's order.** Stage `s` of `p` first runs `p - 1 - s` forwards (fewer if there
+# are fewer micro-batches), enough to keep every later stage busy; then it alternates one
+# forward and one backward, the backward of the oldest micro-batch it holds; then it runs the
+# backwards left. So stage `s` never holds more than `p - s` micro-batches' activations.
+
+# %%
+def my_one_f_one_b(stages, micro_batches, stage):
+    """The passes stage `stage` runs, in order: a list of ("F", i) and ("B", i)."""
+    warmup = min(stages - 1 - stage, micro_batches)
+    order = [("F", i) for i in range(warmup)]                     # fill the pipe
+    for i in range(micro_batches - warmup):                       # one in, one out
+        order += [("F", warmup + i), ("B", i)]
+    return order + [("B", i) for i in range(micro_batches - warmup, micro_batches)]    # drain it
+
+
+assert exercises_pipeline.one_f_one_b_order(my_one_f_one_b)

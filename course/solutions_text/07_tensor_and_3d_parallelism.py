@@ -5,8 +5,11 @@
 # checked by the same checkers as in the lesson; exercise 1 also against a real run.
 
 # %%
+import torch
+import torch.distributed as dist
+
 import distlab
-from distlab.course import exercises
+from distlab.course import exercises, exercises_tensor
 from distlab.models import build_model, count_parameters
 from distlab.parallelize import mesh_3d as mesh
 from distlab.tensor import tensor_parallel
@@ -46,3 +49,63 @@ my_batch = P / (2 * 512)
 print(f"P = {P:,} parameters: equal at a batch of {my_batch:.0f}")
 
 assert exercises.equal_traffic_batch(my_batch, width=512)
+
+# %% [markdown]
+# **4. Build it: the split layers.** *f* is the identity forward and an all-reduce of the
+# gradient backward (each rank's slice of `fc2` gives part of the input's gradient); *g* is an
+# all-reduce of the partial sums forward and the identity backward (the gradient of a sum is the
+# same for every term). `fc2` keeps rows `r·w/t` to `(r+1)·w/t` of its weight and bias and runs
+# *f* on its input; `fc3` keeps the matching columns, runs *g* on its partial output, then adds
+# its whole bias once.
+
+# %%
+def my_split(worker, fc2, fc3):
+    """This rank's column-parallel fc2 and row-parallel fc3: (new_fc2, new_fc3)."""
+    rank, size = worker.rank, worker.world_size
+
+    class F(torch.autograd.Function):          # f: identity forward, all-reduce backward
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad = grad.clone()
+            dist.all_reduce(grad)
+            return grad
+
+    class G(torch.autograd.Function):          # g: all-reduce forward, identity backward
+        @staticmethod
+        def forward(ctx, partial):
+            partial = partial.clone()
+            dist.all_reduce(partial)
+            return partial
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    class Column(torch.nn.Module):
+        def __init__(self, linear):
+            super().__init__()
+            rows = linear.out_features // size
+            self.weight = torch.nn.Parameter(linear.weight.detach()[rank * rows:(rank + 1) * rows].clone())
+            self.bias = torch.nn.Parameter(linear.bias.detach()[rank * rows:(rank + 1) * rows].clone())
+
+        def forward(self, x):
+            return torch.nn.functional.linear(F.apply(x), self.weight, self.bias)
+
+    class Row(torch.nn.Module):
+        def __init__(self, linear):
+            super().__init__()
+            cols = linear.in_features // size
+            self.weight = torch.nn.Parameter(linear.weight.detach()[:, rank * cols:(rank + 1) * cols].clone())
+            self.bias = torch.nn.Parameter(linear.bias.detach().clone())
+
+        def forward(self, x):
+            return G.apply(torch.nn.functional.linear(x, self.weight)) + self.bias
+
+    return Column(fc2), Row(fc3)
+
+
+assert exercises_tensor.split_layers(my_split)

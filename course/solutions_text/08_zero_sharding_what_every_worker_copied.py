@@ -5,8 +5,10 @@
 # filled in, checked by the same checkers as in the lesson; exercise 1 also against a real run.
 
 # %%
+import torch
+
 import distlab
-from distlab.course import exercises
+from distlab.course import exercises, exercises_zero
 from distlab.models import build_model, count_parameters
 from distlab.zero import zero
 from distlab.predict import memory
@@ -57,3 +59,20 @@ assert exercises.smallest_stage_that_fits(my_stage, params=7e9, world_size=8, bu
 my_ratio = 3 / 2
 
 assert exercises.zero3_traffic_ratio(my_ratio)
+
+# %% [markdown]
+# **4. Build it: ZeRO-1's update.** The reduce-scatter hands each rank the sum of everyone's
+# gradients for its slice only; divided by N it is the mean data parallelism takes. The optimizer
+# then moves only this shard and keeps only its state; the all-gather brings every rank the
+# others' new shards, so every rank holds the whole updated model again.
+
+# %%
+def my_zero1_update(worker, flat, flat_grad, shard, optimizer):
+    """Reduce-scatter the gradients, update my shard, all-gather the parameters."""
+    mine = worker.reduce_scatter(flat_grad)          # my slice of everyone's gradients, summed
+    shard.grad = mine / worker.world_size            # the mean, as data parallelism takes
+    optimizer.step()                                 # only my shard moves; only its state is kept
+    flat.copy_(torch.cat(worker.all_gather(shard)))  # everyone's new shards, to every rank
+
+
+assert exercises_zero.zero1_update(my_zero1_update)

@@ -45,3 +45,19 @@ assert exercises.fix_the_config(my_overrides)
 
 # %%
 assert exercises.fix_the_config(["launch.processes_per_node=5"]) is False
+
+# %% [markdown]
+# **3. Build it: what torchrun tells each process.** Ranks are handed out node by node: the
+# `node` nodes before this one hold `node × processes_per_node` ranks, so this process is rank
+# `node × processes_per_node + local_rank` of `nodes × processes_per_node`; its node's rank is
+# `GROUP_RANK`, and `LOCAL_WORLD_SIZE` counts the processes on its node.
+
+# %%
+def my_rank_environment(nodes, processes_per_node, node, local_rank):
+    """The variables torchrun sets for one process: {"RANK": ..., "LOCAL_RANK": ..., ...}."""
+    return {"RANK": node * processes_per_node + local_rank, "LOCAL_RANK": local_rank,
+            "WORLD_SIZE": nodes * processes_per_node, "LOCAL_WORLD_SIZE": processes_per_node,
+            "GROUP_RANK": node}
+
+
+assert exercises.rank_environment(my_rank_environment)

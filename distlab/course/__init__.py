@@ -7,10 +7,14 @@
                          what is right or wrong
 - ``exercises_cluster``  lesson 09's exercises; ``exercises_failure`` lesson 10's;
                          ``exercises_long_lines`` lesson 12's; ``exercises_experts`` lesson 13's
+- ``exercises_pipeline``, ``exercises_tensor``, ``exercises_zero``  the build-it checkers of lessons 06
+                         (1F1B's order), 07 (column- and row-parallel layers) and 08 (ZeRO-1's update)
 - ``build``              build-it exercises: the learner's function, typed in a notebook cell, rebuilt
                          from its text on real ranks (``build.run``, ``build.attempt``; lesson 01)
 - ``exercises_build``    build-it checkers of lessons 01, 02 and 04 (the gradient average, the start
                          from rank 0 under Horovod, local SGD's average), run on real ranks
+- ``exercises_more_data``  lesson 05b's build-it checker: the learner's elastic distortion against the
+                         library's, on real held-out digits
 - ``exercises_ring``     lesson 03's build-it checker: the learner's ring all-reduce against
                          ``dist.all_reduce`` on real ranks, chunk by chunk
 - ``knowledge_check``    lesson 11: questions from the whole course, checked against the learner's runs

@@ -13,7 +13,7 @@ import dataclasses
 import torch
 
 from ..stepwise import compare
-from .exercises import check
+from .checking import check
 
 TOLERANCE = 1e-5
 

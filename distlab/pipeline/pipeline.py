@@ -49,10 +49,12 @@ def check_place(name: str, backend: str, device: str) -> None:
 
 def validate_args(world_size: int, *, model: str, width: int, depth: int, global_batch_size: int,
                   micro_batches: int, schedule: str, chunks: int, steps: int, lr: float, dtype: str,
-                  backend: str = "torchrun", device: str = "cpu") -> None:
+                  order=None, backend: str = "torchrun", device: str = "cpu") -> None:
     """Lesson 06: a pipeline job's settings, checked before any process starts."""
     check_place("pipeline.train", backend, device)
     schedules.check_schedule(schedule, world_size, micro_batches, chunks)
+    if order is not None:
+        schedules.check_order(order, world_size, micro_batches)
     check_int("steps", steps)
     check_positive("lr", lr)
     if dtype not in DTYPES:
@@ -69,23 +71,25 @@ def validate_args(world_size: int, *, model: str, width: int, depth: int, global
 
 def train(worker, *, model: str = "mlp", width: int = 64, depth: int = 2, global_batch_size: int = 64,
           micro_batches: int = 1, schedule: str = "gpipe", chunks: int = 1, steps: int = 20,
-          lr: float = 0.1, seed: int = 0, dtype: str = "float32") -> RankRecord:
+          lr: float = 0.1, seed: int = 0, dtype: str = "float32", order=None) -> RankRecord:
     """Lesson 06: train the model cut into ``world_size * chunks`` stages, one rank each (or
     ``chunks`` each, interleaved), with the given schedule and number of micro-batches.
 
     ``micro_batches=1`` with ``"gpipe"`` is naive model parallelism: one stage works at a time.
+    ``order`` (lesson 06's build-it exercise): each stage's passes as ``[[("F", 0), ...], ...]``,
+    run instead of the named schedule's (``schedules.check_order`` checks it first).
     Returns this rank's record: its own parameters (named as in the whole model), the loss per
     step (on the rank that computes it; NaN elsewhere) and the timeline ``events``.
     """
     check_torchrun(worker)
     return train_stage(worker, list(range(worker.world_size)), model=model, width=width, depth=depth,
                        global_batch_size=global_batch_size, micro_batches=micro_batches, schedule=schedule,
-                       chunks=chunks, steps=steps, lr=lr, seed=seed, dtype=dtype)
+                       chunks=chunks, steps=steps, lr=lr, seed=seed, dtype=dtype, order=order)
 
 
 def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int, global_batch_size: int,
                 micro_batches: int, schedule: str, chunks: int, steps: int, lr: float, seed: int, dtype: str,
-                group=None, replica: tuple[int, int] = (0, 1), average=None) -> RankRecord:
+                group=None, replica: tuple[int, int] = (0, 1), average=None, order=None) -> RankRecord:
     """Lesson 06: one rank's part of a pipeline whose stages are the ranks ``peers`` (in order).
 
     On its own a pipeline is every rank (``train``).  In lesson 07's mesh there are several
@@ -120,19 +124,20 @@ def train_stage(worker, peers: list[int], *, model: str, width: int, depth: int,
                         shard=shard_indices(data.n_train, 0, 1, seed=seed))
     return run_stage(worker, data, Stage(worker, parts, shapes, rank, peers, batch // m, group), params, optimizer,
                      record, schedule=schedule, chunks=chunks, steps=steps, seed=seed, replica=replica,
-                     global_batch_size=global_batch_size, average=average)
+                     global_batch_size=global_batch_size, average=average, order=order)
 
 
 def run_stage(worker, data, stage: Stage, params: dict, optimizer, record: RankRecord, *, schedule: str,
               chunks: int, steps: int, seed: int, replica: tuple[int, int], global_batch_size: int,
-              average=None) -> RankRecord:
+              average=None, order=None) -> RankRecord:
     """Lessons 06 and 07: train one built stage with the one loop: this pipeline's ``d``-th of ``D``
     slices of every global batch (``replica=(d, D)``), the schedule's passes as its step.  Shared by
     ``train_stage`` and the mesh's pipeline x tensor, whose stages split a block across ranks."""
     p, m, rank, device = stage.p, record.config["micro_batches"], stage.rank, worker.device
     d, batch = replica[0], global_batch_size // replica[1]
     run = Run(worker, data, data.x_train.to(device), data.y_train.to(device), params, None, optimizer, record)
-    strategy = PipelineSchedule(stage, schedules.schedule(schedule, p, m, chunks)[rank], m, average)
+    ops = (schedules.schedule(schedule, p, m, chunks) if order is None else schedules.as_ops(order))[rank]
+    strategy = PipelineSchedule(stage, ops, m, average)
     return train_steps(run, strategy, steps, lambda step: global_batch(data.n_train, 1, global_batch_size, step,
                                                                        seed=seed)[d * batch:(d + 1) * batch])
 

@@ -115,6 +115,34 @@ def schedule(name: str, stages: int, micro_batches: int, chunks: int = 1) -> lis
     return [SCHEDULES[name](stages, micro_batches, s) for s in range(stages)]
 
 
+def as_ops(order) -> list[list[Op]]:
+    """Lesson 06: a schedule written by hand, ``[[("F", 0), ("B", 0), ...], ...]`` (one list per stage;
+    ``Op``s or ``(kind, micro)`` pairs), as the ``Op`` lists ``schedule`` returns."""
+    return [[op if isinstance(op, Op) else Op(*op) for op in stage] for stage in order]
+
+
+def check_order(order, stages: int, micro_batches: int) -> list[list[Op]]:
+    """Lesson 06: a hand-written order, checked before any process runs it (a wrong one would hang
+    the ranks, each waiting for a message the other never sends): one list per stage, every pass
+    of every micro-batch exactly once, and no deadlock (``simulate``).  Returns it as ``Op`` lists."""
+    if not isinstance(order, (list, tuple)) or len(order) != stages:
+        raise ValueError(f"an order is one list of passes per stage: {stages} lists, got {order!r:.80}")
+    try:
+        ops = as_ops(order)
+    except TypeError as err:
+        raise ValueError(f"each pass is a pair such as ('F', 0) or ('B', 3): {err}") from err
+    want = sorted(Op(k, i) for k in "FB" for i in range(micro_batches))
+    for s, stage_ops in enumerate(ops):
+        if sorted(stage_ops) != want:
+            missing = sorted(set(want) - set(stage_ops))
+            extra = sorted(op for op in set(stage_ops) if stage_ops.count(op) > 1 or op not in want)
+            raise ValueError(f"stage {s} must run each of F0..F{micro_batches - 1} and B0..B{micro_batches - 1} "
+                             f"exactly once: missing {', '.join(map(str, missing)) or 'none'}, "
+                             f"twice or unknown {', '.join(map(str, extra)) or 'none'}")
+    simulate(ops)           # raises ValueError, naming each stage's next pass, if some stage waits for ever
+    return ops
+
+
 def held_activations(ops: list[Op]) -> int:
     """Lesson 06: the most micro-batches whose activations a stage keeps at once, per the
     schedule (a forward stores them, the backward of the same micro-batch and chunk frees

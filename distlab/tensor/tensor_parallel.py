@@ -184,8 +184,9 @@ class SplitBlock(Strategy):
     ``parallelize_module`` on the mesh's ``DeviceMesh`` instead of by hand.
     """
 
-    def __init__(self, worker, mesh: Mesh, use_torch: bool = False):
+    def __init__(self, worker, mesh: Mesh, use_torch: bool = False, split=None):
         self.worker, self.mesh, self.use_torch, self.traffic = worker, mesh, use_torch, Traffic()
+        self.split = split           # lesson 07's build-it: the learner's (worker, fc2, fc3) -> (fc2, fc3)
         self.per_step: list[dict[str, int]] = []     # bytes all-reduced in each step's passes
         self.data_bytes = 0                          # bytes averaged across the data group per step
 
@@ -206,6 +207,8 @@ class SplitBlock(Strategy):
 
             run.model = parallelize_module(run.model, self.mesh.device_mesh["tensor"],
                                            {"fc2": ColwiseParallel(), "fc3": RowwiseParallel()})
+        elif self.split is not None:
+            run.model.fc2, run.model.fc3 = self.split(self.worker, run.model.fc2, run.model.fc3)
         else:
             run.model = parallel_mlp(run.model, self.worker, tensor, self.traffic)
         run.net = run.model
@@ -251,17 +254,19 @@ def train(worker, *, width: int = 64, global_batch_size: int = 64, steps: int = 
 
 
 def train_on(mesh: Mesh, worker, *, width: int, global_batch_size: int, steps: int, lr: float, seed: int,
-             dtype: str = "float32", use_torch: bool = False, method: str = "tensor parallel") -> RankRecord:
+             dtype: str = "float32", use_torch: bool = False, method: str = "tensor parallel",
+             split=None) -> RankRecord:
     """Lesson 07: the same training on any mesh of data x tensor ranks: replica ``d`` (the data
     coordinate) trains on the ``d``-th share of every batch with the block split across its tensor
-    group, and the replicas average their gradients."""
+    group, and the replicas average their gradients.  ``split``: the learner's own column- and row-parallel
+    layers (lesson 07's build-it exercise), ``split(worker, fc2, fc3) -> (fc2, fc3)``, used instead of ours."""
     replicas, d = mesh.size("data"), mesh.coordinates["data"]
     b = global_batch_size // replicas
     run = start(worker, model="mlp", width=width, lr=lr, seed=seed, dtype=dtype, depth=3, shard=(0, 1),
                 method=method, config=dict(model="mlp", depth=3, width=width, batch_size=b,
                                            global_batch_size=global_batch_size, steps=steps, lr=lr, seed=seed,
                                            dtype=dtype))
-    strategy = SplitBlock(worker, mesh, use_torch)
+    strategy = SplitBlock(worker, mesh, use_torch, split)
     n = run.data.n_train
     record = train_steps(run, strategy, steps,
                          lambda step: global_batch(n, 1, global_batch_size, step, seed=seed)[d * b:(d + 1) * b])
