@@ -122,7 +122,7 @@ def test_lesson_07_correct_split_layers_train_to_one_process_on_real_ranks(capsy
     (SPLIT.replace("        def backward(ctx, grad):\n            return grad\n",
                    "        def backward(ctx, grad):\n            grad = grad.clone()\n"
                    "            dist.all_reduce(grad)\n            return grad\n"),
-     "parameter fc1.weight"),
+     "part at fc1.weight"),
     # f forgotten: fc1 gets only this rank's share of its gradient
     (SPLIT.replace("F.apply(x)", "x"), "Also apart at that step: fc1.bias. The output layer agrees"),
     # fc3 cut by rows instead of columns
@@ -162,7 +162,7 @@ def test_lesson_08_a_correct_zero1_update_makes_one_process_update_on_real_ranks
      "did not move at all: the shards of the other ranks never reached it (the all-gather)"),
     (ZERO1.replace("mine = worker.reduce_scatter(flat_grad)",
                    "mine = flat_grad[worker.rank * shard.numel():(worker.rank + 1) * shard.numel()] * 2"),
-     "rank 0's update and one process's part at step 0"),
+     "rank 0's update and one process's part at fc1.weight"),
 ])
 def test_lesson_08_planted_mistakes_in_the_zero1_update_are_named(capsys, mistake, named):
     assert exercises_zero.zero1_update(from_cell(mistake, "my_zero1_update")) is False
