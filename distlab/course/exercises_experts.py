@@ -105,11 +105,9 @@ def all_to_all_dispatch(dispatch, *, ranks: int = 4) -> bool | None:
     if build.placeholder(dispatch):
         print(f"{name}: not answered yet. Write the body of dispatch and run the cell again.")
         return None
-    try:
-        records = build.run(dispatch, "distlab.course.exercises_experts:dispatch_with_yours", world_size=ranks,
-                            **DISPATCH)
-    except build.NotBuildable as err:
-        print(f"{name}: {err}")
+    records = build.attempt(name, dispatch, "distlab.course.exercises_experts:dispatch_with_yours",
+                            world_size=ranks, **DISPATCH)
+    if records is None:
         return False
     per_rank = DISPATCH["experts"] // ranks
     for record in sorted(records, key=lambda r: r["rank"]):

@@ -110,11 +110,9 @@ def merge_partials(merge, *, ranks: int = 4) -> bool | None:
     if build.placeholder(merge):
         print(f"{name}: not answered yet. Write the body of merge and run the cell again.")
         return None
-    try:
-        records = build.run(merge, "distlab.course.exercises_long_lines:ring_with_your_merge", world_size=ranks,
-                            **RING)
-    except build.NotBuildable as err:
-        print(f"{name}: {err}")
+    records = build.attempt(name, merge, "distlab.course.exercises_long_lines:ring_with_your_merge",
+                            world_size=ranks, **RING)
+    if records is None:
         return False
     for record in sorted(records, key=lambda r: r["rank"]):
         rank = record["rank"]

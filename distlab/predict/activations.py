@@ -99,13 +99,15 @@ def transformer_activation_bytes(cfg, batch: int, tokens: int, *, tensor: int = 
     return parts
 
 
-def score_block_bytes(cfg, batch: int, tokens: int, *, tensor: int = 1, context: int = 1, attention: str = "ring",
-                      split: str = "contiguous", itemsize: int = 4) -> int:
+def score_block_bytes(cfg, batch: int, tokens: int, *, tensor: int = 1, sequence_parallel: bool = False,
+                      context: int = 1, attention: str = "ring", split: str = "contiguous", itemsize: int = 4) -> int:
     """Lesson 12: the largest tensor of attention scores a rank builds at once: not kept for backward
     (``transformer_activation_bytes`` leaves it out), but alive while it is built, so a rank's peak is
     at least what it keeps plus this.  One process: ``a b s^2`` (its probabilities, as large, are kept
     beside it); gathered K and V: ``a b (s/c) s``; the ring: one block, a chunk of queries on a chunk
-    of keys, ``a b (s/c)^2`` (zig-zag chunks are half as long: a quarter of that), built anew each hop."""
+    of keys, ``a b (s/c)^2`` (zig-zag chunks are half as long: a quarter of that), built anew each hop.
+    Tensor parallelism divides the heads; sequence parallelism changes nothing here (attention sees the
+    gathered line)."""
     a, b, s = cfg.heads // tensor, batch, tokens
     if context == 1:
         return a * b * s * s * itemsize
