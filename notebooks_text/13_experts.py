@@ -224,11 +224,13 @@ print(f"slowest expert rank's work / mean: median {statistics.median(work):.2f} 
 # the smaller the expert. Experts the size of a real model's spend their time on arithmetic, so their
 # work grows with their requests.
 #
+# %% [markdown]
 # The timeline is one MoE layer's forward on each rank, part by part. Read the *combine* bars: the
-# rank whose experts finish last gets the others' results at once (they were ready before) and may
-# well end first; it is the *other* ranks that wait in combine for its piece. So the layer is over,
-# for everyone, no sooner than the slowest expert. Four ranks share this machine's two cores, so
-# some waiting is for a core rather than for an expert; a core (or a GPU) per rank leaves only the second kind.
+# other ranks wait in combine for the piece of the rank whose experts finish last, while that rank
+# finds their results ready and waits only for the messages themselves; so it may end first or last,
+# but no rank's layer is over before the slowest expert is done (the cell under the picture checks).
+# Four ranks share this machine's two cores, so some waiting is for a core rather than for an
+# expert; a core (or a GPU) per rank leaves only the second kind.
 
 # %% tags=["nbval-ignore-output"]
 pictures.timeline_player(alone)
@@ -239,7 +241,7 @@ parts = measure.timeline(alone, last_step, 0)
 slow = max(range(RANKS), key=lambda r: parts[r]["experts"][1])
 print(f"step {last_step}, block 0: rank {slow}'s experts finished last, at {1e3 * parts[slow]['experts'][1]:.1f} ms; "
       "each rank's layer ended at " + ", ".join(f"{1e3 * p['combine'][1]:.1f}" for p in parts) + " ms")
-print("every other rank ended after rank", slow, "'s experts finished:",
+print(f"every other rank ended after rank {slow}'s experts finished:",
       all(p["combine"][1] >= parts[slow]["experts"][1] for r, p in enumerate(parts) if r != slow))
 
 # %% [markdown]
