@@ -142,7 +142,8 @@ assert shards == [-(-digits.n_train // 2)] * 2
 #
 # The last column says where a lesson's numbers come from: **measured** on real ranks, or a
 # **model** that predicts them from formulas (worth as much as its assumptions).
-#
+
+# %% [markdown]
 # | Lesson | Question it answers | Its numbers |
 # |---|---|---|
 # | **00** welcome | What is here, what do we want to find out? | measured |
@@ -151,6 +152,7 @@ assert shards == [-(-digits.n_train // 2)] * 2
 # | **03** combining gradients | Parameter server, ring, tree: who sends what, at what cost? | measured, beside the alpha-beta model's predictions |
 # | **04** keeping workers in sync | What does a slow worker cost? Synchronous or not? | measured |
 # | **05** does distributing pay? | Are two workers twice as fast? | measured, beside a model's prediction |
+# | **05b** more data | Does more data make the model more accurate, and how fast do 1 and 2 workers get there? | measured on real MNIST digits |
 
 # %% [markdown]
 # | Lesson | Question it answers | Its numbers |
@@ -162,6 +164,19 @@ assert shards == [-(-digits.n_train // 2)] * 2
 # | **09** from laptop to cluster | The same job from a terminal, a scheduler, several nodes | measured (the nodes are simulated on this machine) |
 # | **10** failure is normal at scale | Surviving crashes: checkpoints and restarts | restarts measured; the **failure arithmetic is a model** |
 # | **11** knowledge check | Your answer to the company | your own measurements from 01 to 10 |
+
+# %% [markdown]
+# | Lesson | Question it answers | Its numbers |
+# |---|---|---|
+# | **12** long lines | A transformer split by heads and along the line (tensor, sequence, context parallelism) | runs measured; the **activation memory is a model**, checked by counting |
+# | **13** experts | Many more parameters for the same arithmetic: experts on ranks, all-to-all | measured |
+
+# %% [markdown]
+# **In what order?** 00 to 05, then 05b and 11, answer the company's question (the core path).
+# After 05 the rest come in two strands that can be taken in either order: 06, 07, 08 (each builds
+# on the one before: 07 splits layers after 06's stages, 08 shards what 06 and 07 split) and 09,
+# 10 (10 runs 09's jobs and makes them fail). 12 builds on 07 (tensor parallelism on a
+# transformer) and 13 on 12 (its transformer, with experts).
 
 # %% [markdown]
 # Each lesson starts with its goal, runs real jobs, shows them with widgets (sliders and

@@ -50,6 +50,16 @@ def test_run_time_is_the_sum_of_the_cells_stored_timestamps(tmp_path):
     assert m["words"] == 5                   # the link's address and the html tag are not read
     assert m["seconds"] == pytest.approx(5.0)   # 2 s + 3 s: the gap between cells is not a cell's time
     assert (m["timed"], m["untimed"], m["days"]) == (2, 1, ["2026-12-01"])
+    assert m["code_words"] == 6              # x = 1, x = 1, y = 2: the code is read too
+
+
+def test_reading_counts_the_code_and_what_it_printed(tmp_path):
+    """Issue 37: a lesson is read with its code and its outputs; counting its prose alone halved the time."""
+    cell = nbformat.v4.new_code_cell("print('two words')")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="two words\n"),
+                    nbformat.v4.new_output("display_data", data={"image/png": "", "text/plain": "<Figure size 10x10>"})]
+    m = course_time.measure(_notebook(tmp_path, [nbformat.v4.new_markdown_cell("one"), cell]))
+    assert (m["words"], m["code_words"]) == (1, 4)     # the picture's placeholder text is not read
 
 
 def test_the_stored_lessons_keep_their_timestamps():

@@ -189,3 +189,26 @@ def test_the_bubble_formulas_name_every_schedule_the_course_writes():
     assert bubbles.bubble_fraction(4, 8) == 3 / 11 and bubbles.bubble_fraction(4, 8, 2) == 3 / 19
     with pytest.raises(ValueError, match="unknown schedule"):
         bubbles.held_micro_batches("zigzag", 2, 4, 0)
+
+
+def test_the_ring_sends_more_than_the_all_gather_by_3n_minus_2_over_2n_minus_2():
+    """Issue 37: backward, K, V, dK and dV travel each hop, and the gradients one more: 5/3 at 4 ranks."""
+    for n in (2, 4, 8):
+        ring = traffic.context_parallel_wire_bytes(8, 512, 64, n, layers=2)
+        gathered = traffic.context_parallel_wire_bytes(8, 512, 64, n, layers=2, attention="all_gather")
+        assert abs(ring / gathered - (3 * n - 2) / (2 * (n - 1))) < 1e-9
+
+
+def test_the_ring_builds_a_block_of_scores_each_hop():
+    """Issue 37: at 8,192 tokens on 4 ranks, 8 lines of 4 heads, one (s/c)^2 block is 512 MiB."""
+    from distlab.predict.activations import korthikanti_layer_bytes, score_block_bytes
+    from distlab.sequence.transformer import TransformerConfig
+
+    cfg = TransformerConfig(d_model=32, heads=4, layers=2, max_digits=512, causal=True)
+    assert score_block_bytes(cfg, 8, 8192, context=4) == 512 * 2**20
+    assert score_block_bytes(cfg, 8, 8192, context=4, split="zigzag") == 128 * 2**20
+    assert score_block_bytes(cfg, 8, 8192) == 4 * 8 * 8192 ** 2 * 4
+    s, b, h, a = 2048, 1, 4096, 32              # Korthikanti's equations: SP divides the whole by t
+    assert korthikanti_layer_bytes(s, b, h, a) == s * b * h * (34 + 5 * a * s / h)
+    assert korthikanti_layer_bytes(s, b, h, a, tensor=8, sequence_parallel=True) == \
+        korthikanti_layer_bytes(s, b, h, a) / 8

@@ -2,8 +2,9 @@
 
 For every lesson (notebooks/NN_*.ipynb) and its solutions notebook:
 
-* reading time: the words of its markdown cells at READING_SPEED words a minute (links' addresses
-  and html tags are not read; inline code is);
+* reading time: the words a learner reads at READING_SPEED words a minute: its markdown cells'
+  (links' addresses and html tags are not read; inline code is), and its code cells' and their stored
+  text outputs' (a lesson is read with its code and what the code printed, not its prose alone);
 * run time: the sum, over its code cells, of the time each took when the notebook was last executed
   (``make notebooks``).  nbconvert's executor stores it in each code cell's metadata:
   ``execution["iopub.status.busy"]`` (the kernel started the cell) to
@@ -41,14 +42,34 @@ def reading_words(markdown: str) -> int:
     return sum(1 for token in text.split() if re.search(r"\w", token))
 
 
+PICTURES = {"image/png", "application/vnd.jupyter.widget-view+json"}     # their text/plain is a placeholder
+
+
+def _output_text(cell) -> str:
+    """What a code cell printed, as stored: streams, results and errors (text only; pictures are looked at)."""
+    out = []
+    for o in cell.get("outputs", []):
+        if "text" in o:
+            out.append(o["text"] if isinstance(o["text"], str) else "".join(o["text"]))
+        elif "text/plain" in o.get("data", {}) and not PICTURES & set(o["data"]):
+            plain = o["data"]["text/plain"]
+            out.append(plain if isinstance(plain, str) else "".join(plain))
+        elif "evalue" in o:
+            out.append(o["evalue"])
+    return "\n".join(out)
+
+
 def _when(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 def measure(path: Path) -> dict:
-    """Words, run seconds, timed/untimed code cells and the day it ran, for one stored notebook."""
+    """Words (prose; code and outputs), run seconds, timed/untimed code cells and the day it ran, for one
+    stored notebook."""
     cells = json.loads(path.read_text())["cells"]
     words = sum(reading_words(_source(c)) for c in cells if c["cell_type"] == "markdown")
+    code_words = sum(reading_words(_source(c)) + reading_words(_output_text(c)) for c in cells
+                     if c["cell_type"] == "code")
     seconds, timed, untimed, days = 0.0, 0, 0, set()
     for c in cells:
         if c["cell_type"] != "code" or not _source(c).strip():
@@ -61,7 +82,8 @@ def measure(path: Path) -> dict:
             days.add(start.date().isoformat())
         else:
             untimed += 1
-    return {"words": words, "seconds": seconds, "timed": timed, "untimed": untimed, "days": sorted(days)}
+    return {"words": words, "code_words": code_words, "seconds": seconds, "timed": timed, "untimed": untimed,
+            "days": sorted(days)}
 
 
 def lessons() -> list[tuple[str, Path, Path]]:
@@ -78,20 +100,22 @@ def _minutes(words: int) -> str:
 
 def _row(label: str, m: dict, s: dict) -> str:
     note = f" ({m['untimed']} not timed)" if m["untimed"] else ""
-    return (f"| {label} | {m['words']:,} | {_minutes(m['words'])} | {m['seconds']:.0f}{note} "
+    return (f"| {label} | {m['words']:,} | {m['code_words']:,} | {_minutes(m['words'] + m['code_words'])} "
+            f"| {m['seconds']:.0f}{note} "
             f"| {s['words']:,} | {s['seconds']:.0f}{' (' + str(s['untimed']) + ' not timed)' if s['untimed'] else ''} "
             f"| {', '.join(m['days']) or '-'} |")
 
 
 def _add(a: dict, b: dict) -> dict:
-    return {"words": a["words"] + b["words"], "seconds": a["seconds"] + b["seconds"],
+    return {"words": a["words"] + b["words"], "code_words": a["code_words"] + b["code_words"],
+            "seconds": a["seconds"] + b["seconds"],
             "timed": a["timed"] + b["timed"], "untimed": a["untimed"] + b["untimed"],
             "days": sorted(set(a["days"]) | set(b["days"]))}
 
 
 def table() -> str:
     """The markdown table (with its markers) that course/README.md must hold."""
-    zero = {"words": 0, "seconds": 0.0, "timed": 0, "untimed": 0, "days": []}
+    zero = {"words": 0, "code_words": 0, "seconds": 0.0, "timed": 0, "untimed": 0, "days": []}
     rows, core, core_s, total, total_s = [], dict(zero), dict(zero), dict(zero), dict(zero)
     for number, lesson, solution in lessons():
         m = measure(lesson)
@@ -101,13 +125,15 @@ def table() -> str:
         if number in CORE:
             core, core_s = _add(core, m), _add(core_s, s)
     lines = [BEGIN,
-             f"| Lesson | words | reading (min, at {READING_SPEED} words a minute) | run (s, measured) "
-             "| solutions: words | solutions: run (s) | executed on |",
-             "|---|---|---|---|---|---|---|", *rows,
+             f"| Lesson | prose words | code and output words | reading (min, at {READING_SPEED} words a minute) "
+             "| run (s, measured) | solutions: prose words | solutions: run (s) | executed on |",
+             "|---|---|---|---|---|---|---|---|", *rows,
              _row("**core path** (" + ", ".join(CORE) + ")", core, core_s),
              _row("**all lessons**", total, total_s),
              "",
-             f"Reading: the words of the lesson's markdown cells at {READING_SPEED} a minute. Run: the sum of "
+             f"Reading: the words of the lesson's markdown cells, of its code cells and of the text they printed "
+             f"(as stored), at {READING_SPEED} a minute; code is often read slower, pictures and widgets take "
+             "time of their own, so take it as a floor. Run: the sum of "
              "its code cells' times as the last `make notebooks` stored them (each cell's execution "
              "timestamps), on the machine that ran it, without the kernel's start; Binder's single "
              "shared core is slower. Exercises come on top. Regenerate: `python tools/course_time.py`.",

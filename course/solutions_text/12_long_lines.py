@@ -3,9 +3,11 @@
 #
 # The exercises of `notebooks/12_long_lines.ipynb` with their answers filled in, checked by the
 # same checkers as in the lesson; exercises 1 and 2 also against real runs, at a length small
-# enough for a laptop (the rule does not depend on the length).
+# enough for a laptop (the rule does not depend on the length); exercise 4 runs on real ranks.
 
 # %%
+import torch
+
 import distlab
 from distlab.course import exercises_long_lines
 from distlab.context import context_parallel as cp
@@ -51,3 +53,22 @@ print({r: cp.chunk_ids(r, 8, "zigzag") for r in range(8)})
 my_chunks = [2, 13]
 
 assert exercises_long_lines.zigzag_chunks(my_chunks, rank=2, ranks=8)
+
+# %% [markdown]
+# **4. The merge.** Each partial output is normalised by its own exp-sum, `exp(lse_a)` and
+# `exp(lse_b)`; over both sets of keys the exp-sum is their sum, whose log is `logaddexp(lse_a, lse_b)`.
+# So each partial output counts with its share, `exp(lse_a - lse)`, and the new log-sum-exp is the
+# total's (the next hop weighs with it). `logaddexp` never forms `exp` of a large score: no overflow.
+
+# %% tags=["nbval-ignore-output"]
+def merge(out_a, lse_a, out_b, lse_b):
+    """Two partial attentions of the same queries over disjoint keys -> (output, log-sum-exp) over both."""
+    lse = torch.logaddexp(lse_a, lse_b)
+    return out_a * torch.exp(lse_a - lse) + out_b * torch.exp(lse_b - lse), lse
+
+
+right = exercises_long_lines.merge_partials(merge)
+
+# %%
+assert right
+print("the merge, on 4 real ranks, equals softmax over the keys seen at every hop:", right)

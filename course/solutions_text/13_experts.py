@@ -2,7 +2,8 @@
 # # Lesson 13 · solutions
 #
 # The exercises of `notebooks/13_experts.ipynb` with their answers filled in, checked by the same
-# checkers as in the lesson, and each one also against the library's own layer or formula.
+# checkers as in the lesson, and each one also against the library's own layer or formula;
+# exercise 4 runs on real ranks.
 
 # %%
 import torch
@@ -58,3 +59,22 @@ whole = sum(p.numel() for p in layer.parameters())
 print(f"one expert {one_expert:,}, the router {router:,}, the whole layer {whole:,}")
 assert one_expert + router == my_parameters
 assert exercises_experts.active_parameters(my_parameters, d_model=32, hidden=128, experts=4, top_k=1)
+
+# %% [markdown]
+# **4. The dispatch.** Sorting the requests by expert lays rank 0's experts' requests first, then
+# rank 1's, and so on: one cut per rank. A *stable* sort keeps token order within an expert, the
+# order the expert serves them. Each rank's count is the sum of its experts' counts:
+
+# %% tags=["nbval-ignore-output"]
+def dispatch(expert, experts, ranks):
+    """This rank's requests' experts -> (order they leave in, how many go to each rank)."""
+    order = torch.argsort(expert, stable=True)
+    send = torch.bincount(expert, minlength=experts).view(ranks, experts // ranks).sum(dim=1)
+    return order, send.tolist()
+
+
+right = exercises_experts.all_to_all_dispatch(dispatch)
+
+# %%
+assert right
+print("the dispatch, on 4 real ranks, delivers every request as the library's plan does:", right)

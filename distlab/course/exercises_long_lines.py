@@ -3,9 +3,15 @@ checks the others.
 
 Kept apart from ``exercises.py`` only to keep each file short; the mechanism is the same
 (``exercises.check``): a placeholder is "not answered yet", a wrong answer is told why.  The expected
-values come from the functions the lesson's ranks are checked against, never typed in.
+values come from the functions the lesson's ranks are checked against, never typed in.  The build-it
+exercise (``merge_partials``) runs the learner's merge on real ranks (``build.run``) inside a ring and
+compares each hop with plain softmax in one process (``distlab.compare``).
 """
 from __future__ import annotations
+
+import math
+
+import torch
 
 from ..predict import traffic
 from ..context import context_parallel
@@ -47,3 +53,83 @@ def zigzag_chunks(answer, *, rank: int, ranks: int) -> bool | None:
         ([2 * rank, 2 * rank + 1], "two neighbouring chunks would keep the imbalance: take one from each end."),
         ([rank, ranks - 1 - rank], "count the chunks: there are 2 x ranks of them, numbered 0 to 2 x ranks - 1.")],
         otherwise="the line is cut into 2 x ranks chunks; rank r takes chunk r and its mirror from the other end.")
+
+
+# -- build it: the log-sum-exp merge, on real ranks round a real ring ----------------------------------
+RING = dict(lines=2, tokens=16, dim=4, seed=0)       # the line the ranks share; each holds tokens / ranks
+
+
+def _line(lines: int, tokens: int, dim: int, seed: int):
+    """The whole line's Q, K and V, the same on every rank and in the checker (one seed)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(lines, tokens, dim, generator=g, dtype=torch.float64) for _ in range(3)]
+
+
+def ring_with_your_merge(worker, merge, lines: int, tokens: int, dim: int, seed: int) -> list[dict]:
+    """Lesson 12: on each rank, ring attention whose merge is the learner's: at hop 0 a rank attends its
+    queries to its own K and V; at each later hop to the K and V the previous rank passed on, merged
+    into what it had with ``merge``.  Returns, hop by hop, the output and log-sum-exp it held."""
+    n, me = worker.world_size, worker.rank
+    q, k, v = (t.chunk(n, dim=1) for t in _line(lines, tokens, dim, seed))
+    q = q[me]
+    kv = torch.stack([k[me], v[me]])
+    out, lse = context_parallel.block_attention(q, kv[0], kv[1], 0, 0, causal=False)
+    held = [{"output": out.clone(), "log-sum-exp": lse.clone()}]
+    for _hop in range(1, n):
+        incoming = torch.empty_like(kv)
+        worker.exchange(kv, (me + 1) % n, incoming, (me - 1) % n)
+        kv = incoming
+        block, block_lse = context_parallel.block_attention(q, kv[0], kv[1], 0, 0, causal=False)
+        out, lse = merge(out, lse, block, block_lse)
+        held.append({"output": out.detach().clone(), "log-sum-exp": lse.detach().clone()})
+    return {"rank": me, "held": held}
+
+
+def reference_ring(rank: int, ranks: int, lines: int, tokens: int, dim: int, seed: int) -> list[dict]:
+    """Lesson 12: one process, no merge: rank ``rank``'s queries attended, by plain softmax, to the keys
+    its ring had brought it after each hop (its own piece, then the previous rank's, ...)."""
+    q, k, v = (t.chunk(ranks, dim=1) for t in _line(lines, tokens, dim, seed))
+    held, seen = [], []
+    for hop in range(ranks):
+        seen.append((rank - hop) % ranks)
+        keys, values = torch.cat([k[i] for i in seen], 1), torch.cat([v[i] for i in seen], 1)
+        scores = q[rank] @ keys.transpose(-2, -1) / math.sqrt(dim)
+        held.append({"output": torch.softmax(scores, -1) @ values,
+                     "log-sum-exp": torch.logsumexp(scores, -1, keepdim=True)})
+    return held
+
+
+def merge_partials(merge, *, ranks: int = 4) -> bool | None:
+    """Lesson 12: run the learner's ``merge(out_a, lse_a, out_b, lse_b) -> (out, lse)`` inside ring attention
+    on ``ranks`` real ranks; compare every rank's output and log-sum-exp, hop by hop, with plain softmax
+    attention over the keys that rank has seen (``distlab.compare``), and say where they part."""
+    from . import build
+    from ..stepwise import compare
+
+    name = "the log-sum-exp merge"
+    if build.placeholder(merge):
+        print(f"{name}: not answered yet. Write the body of merge and run the cell again.")
+        return None
+    records = build.attempt(name, merge, "distlab.course.exercises_long_lines:ring_with_your_merge",
+                            world_size=ranks, **RING)
+    if records is None:
+        return False
+    for record in sorted(records, key=lambda r: r["rank"]):
+        rank = record["rank"]
+        report = compare(record["held"], reference_ring(rank, ranks, **RING))
+        if report.same:
+            continue
+        hop, what = report.step, report.name
+        factor = f" (yours is {report.factor:.3g}x it: a constant factor)" if report.factor else ""
+        agreed = "hop 0 agrees" if hop == 1 else f"hops 0 to {hop - 1} agree"
+        print(f"{name}: not quite. On rank {rank}, {agreed}; at hop {hop} the {what} differs "
+              f"from softmax over the keys seen so far by {report.difference:.3g}{factor}.")
+        if what == "output":
+            print("  The merged output is wrong: scale each partial output by its share of the total, "
+                  "exp(its log-sum-exp - the total's), where the total is logaddexp of the two.")
+        else:
+            print(f"  The output is right at hop {hop}, but the log-sum-exp you return is not the total's "
+                  "(logaddexp of the two): the next hop weighs what you hold with it.")
+        return False
+    print(f"{name}: correct. On {ranks} real ranks, every hop of the ring equals softmax over the keys seen so far.")
+    return True

@@ -75,6 +75,17 @@ def _crossed(rows: torch.Tensor, recv: list[int], me: int) -> int:
     return (sum(recv) - recv[me]) * rows[:1].numel() * rows.element_size()
 
 
+def plan_dispatch(expert: torch.Tensor, slot: torch.Tensor, experts: int, ranks: int):
+    """Lesson 13: which request leaves first, and how many go to each rank.  ``expert[i]`` and ``slot[i]``:
+    request i's expert and its place in that expert's queue.  Sorted by expert, then slot, the requests
+    for rank d's experts (``d x E/n`` onwards) lie side by side, each expert's in the order it serves them,
+    so one cut per rank makes the pieces.  Returns the order and ``counts[d][j]``, the requests for rank
+    d's j-th expert (the receiving rank needs them to cut what arrives by expert)."""
+    order = torch.argsort(expert * (int(slot.max()) + 1 if slot.numel() else 1) + slot)
+    counts = torch.bincount(expert, minlength=experts).view(ranks, experts // ranks)
+    return order, counts
+
+
 class _Exchange(torch.autograd.Function):
     """An all-to-all whose backward is the all-to-all the other way: the gradients go home.
     ``traffic`` counts the bytes that arrive from other ranks, in each direction."""
@@ -125,13 +136,11 @@ class ExpertParallelMoE(nn.Module):
         routing = route(logits, cfg)
         self.extra_loss = (cfg.aux_weight * aux_loss(routing, cfg.experts)
                            + cfg.z_weight * z_loss(logits)) / self.pieces_per_line
-        # 1. the kept requests, sorted by expert, then by slot (the order each expert serves them)
+        # 1. the kept requests, sorted by expert, then by slot; 2. the counts: [to rank d][its j-th expert]
         token, choice = torch.nonzero(routing.kept, as_tuple=True)
         expert, slot = routing.expert[token, choice], routing.slot[token, choice]
-        order = torch.argsort(expert * (tokens.shape[0] * cfg.top_k) + slot)
+        order, counts = plan_dispatch(expert, slot, cfg.experts, n)
         token, choice, expert = token[order], choice[order], expert[order]
-        # 2. the counts first: [to rank d][its j-th expert]
-        counts = torch.bincount(expert, minlength=cfg.experts).view(n, per)
         clock.append(time.time())
         counts_in = self.worker.all_to_all(counts.clone(), self.group) if n > 1 else counts.clone()
         send, recv = counts.sum(dim=1).tolist(), counts_in.sum(dim=1).tolist()

@@ -92,13 +92,3 @@ def as_one_process(records) -> dict:
     for r in sorted(records, key=lambda r: r.rank, reverse=True):      # rank 0 written last: its copy stays
         out.update(r.params)
     return out
-
-
-def accuracy_verdict(name_a: str, a: float, name_b: str, b: float, n: int) -> str:
-    """Lesson 13: which of two test accuracies, each over the same ``n`` test digits, is higher, or "no
-    clear difference" when the gap is within two standard errors of a difference of two proportions."""
-    spread = 2 * (a * (1 - a) / n + b * (1 - b) / n) ** 0.5
-    if abs(a - b) <= spread:
-        return f"no clear difference ({a:.3f} against {b:.3f}, spread +/- {spread:.3f} over {n} digits)"
-    best, worst = (name_a, name_b) if a > b else (name_b, name_a)
-    return f"{best} reads better than {worst} ({a:.3f} against {b:.3f}, spread +/- {spread:.3f} over {n} digits)"

@@ -24,7 +24,8 @@ def mlp_activation_bytes(batch: int, width: int, depth: int = 2, *, inputs: int 
 
 
 def transformer_activation_bytes(cfg, batch: int, tokens: int, *, tensor: int = 1, sequence_parallel: bool = False,
-                               context: int = 1, attention: str = "ring", itemsize: int = 4) -> dict[str, int]:
+                               context: int = 1, attention: str = "ring", itemsize: int = 4,
+                               regather: bool = False) -> dict[str, int]:
     """Lesson 12: the bytes of activations one rank keeps for backward in one step, by part, from the
     model's shapes alone (``cfg`` a ``flops.TransformerShape`` or lesson 12's ``TransformerConfig``;
     ``batch`` lines of ``tokens`` tokens).
@@ -49,7 +50,7 @@ def transformer_activation_bytes(cfg, batch: int, tokens: int, *, tensor: int = 
       inputs of the split regions stay whole (their 10 sbh of ``10 + 24/t``);
     * **+ sequence parallelism**: the LayerNorms' inputs by ``t`` too.  The inputs of Q/K/V and of
       the MLP are the all-gathered line here, kept whole: Megatron keeps them in pieces and gathers
-      them again in the backward, which this code does not;
+      them again in the backward, which this code does not (``regather=True`` predicts Megatron's way);
     * **context parallelism** over ``c`` ranks: every token-wise tensor by ``c``.  Attention keeps,
       gathered, the whole line's K and V and ``a b (s/c) s`` probabilities; on the ring, no
       probabilities at all (the backward recomputes them from Q, K and each query's log-sum-exp),
@@ -66,7 +67,8 @@ def transformer_activation_bytes(cfg, batch: int, tokens: int, *, tensor: int = 
     parts = {}
     layer = {
         "layernorm inputs and statistics": 2 * (b * sl * h + 2 * b * sl) // shard,
-        "inputs of the split regions": 2 * (b * s * h if sequence_parallel else n_local),
+        "inputs of the split regions": 2 * ((b * s * h // t if regather else b * s * h) if sequence_parallel
+                                            else n_local),
         "MLP hidden units": 2 * b * sl * m // t,
         "output projection input": n_local // t,
     }
@@ -95,3 +97,34 @@ def transformer_activation_bytes(cfg, batch: int, tokens: int, *, tensor: int = 
                                    + read_out + b * k * 10 + b * 2) * itemsize + 8 * (b * (k + 1) + sl // shard)
     parts["total"] = sum(parts.values())
     return parts
+
+
+def score_block_bytes(cfg, batch: int, tokens: int, *, tensor: int = 1, sequence_parallel: bool = False,
+                      context: int = 1, attention: str = "ring", split: str = "contiguous", itemsize: int = 4) -> int:
+    """Lesson 12: the largest tensor of attention scores a rank builds at once: not kept for backward
+    (``transformer_activation_bytes`` leaves it out), but alive while it is built, so a rank's peak is
+    at least what it keeps plus this.  One process: ``a b s^2`` (its probabilities, as large, are kept
+    beside it); gathered K and V: ``a b (s/c) s``; the ring: one block, a chunk of queries on a chunk
+    of keys, ``a b (s/c)^2`` (zig-zag chunks are half as long: a quarter of that), built anew each hop.
+    Tensor parallelism divides the heads; sequence parallelism changes nothing here (attention sees the
+    gathered line)."""
+    a, b, s = cfg.heads // tensor, batch, tokens
+    if context == 1:
+        return a * b * s * s * itemsize
+    if attention == "all_gather":
+        return a * b * (s // context) * s * itemsize
+    chunk = s // (2 * context if split == "zigzag" else context)
+    return a * b * chunk * chunk * itemsize
+
+
+def korthikanti_layer_bytes(tokens: int, batch: int, d_model: int, heads: int, *, tensor: int = 1,
+                            sequence_parallel: bool = False) -> float:
+    """Lesson 12: Korthikanti et al. 2022's activation bytes of one transformer layer (16-bit numbers,
+    dropout masks; their section 4, equations 1, 2 and 4): ``sbh(34 + 5as/h)`` on one rank,
+    ``sbh(10 + 24/t + 5as/(ht))`` with tensor parallelism over ``t``, ``sbh/t (34 + 5as/h)`` with
+    sequence parallelism as well (the region inputs kept in pieces and gathered again in backward).
+    ``transformer_activation_bytes`` adapts it to this course's model (32-bit, no dropout)."""
+    s, b, h, a, t = tokens, batch, d_model, heads, tensor
+    if sequence_parallel:
+        return s * b * h / t * (34 + 5 * a * s / h)
+    return s * b * h * (10 + 24 / t + 5 * a * s / (h * t))

@@ -101,6 +101,25 @@ def context_parallel_bytes(batch: int, tokens: int, d_model: int, ranks: int, *,
     return {"forward": layers * 2 * (ranks - 1) * piece, "backward": layers * (4 * (ranks - 1) + 2) * piece}
 
 
+def context_parallel_wire_bytes(batch: int, tokens: int, d_model: int, ranks: int, *, layers: int = 1,
+                                attention: str = "ring", tensor: int = 1, itemsize: int = 4) -> int:
+    """Lesson 12: the bytes one rank *sends* per step in its attention, forward and backward together.
+
+    In units of the line's K (``batch x tokens x d_model/tensor`` numbers; V is as large), per block:
+    the ring sends ``2(n - 1)/n`` forward (K and V, ``n - 1`` hops of a piece) and ``(4(n - 1) + 2)/n``
+    backward (K, V, dK, dV each hop, then dK and dV one hop home): ``2(3n - 2)/n`` in all.  The
+    all-gather, with ring collectives, sends ``(n - 1)/n`` of K and of V forward (an all-gather each)
+    and as much backward (a reduce-scatter of each gradient): ``4(n - 1)/n``.  So the ring sends
+    ``(3n - 2) / (2(n - 1))`` times the all-gather's bytes (5/3 at 4 ranks): its gain is memory."""
+    if attention == "ring":
+        return sum(context_parallel_bytes(batch, tokens, d_model, ranks, layers=layers, tensor=tensor,
+                                          itemsize=itemsize).values())
+    if attention != "all_gather":
+        raise ValueError(f"attention must be 'ring' or 'all_gather', got {attention!r}")
+    line = batch * tokens * d_model // tensor * itemsize
+    return round(layers * 4 * ring_bytes(line, ranks, "all_gather"))
+
+
 @dataclass(frozen=True)
 class Experts:
     """Lesson 13: what the formulas need of a mixture of experts (``experts.moe.MoEConfig`` has the
@@ -114,8 +133,10 @@ class Experts:
 def capacity(tokens: int, cfg) -> int:
     """Lesson 13: how many of a group's ``tokens`` one expert takes, ``ceil(factor x tokens x k / E)``
     (Fedus et al. 2021, section 2.2: the fair share ``tokens x k / E`` times the capacity factor);
-    ``cfg`` an ``Experts`` or a ``MoEConfig``.  A fixed size gives every expert, and later every
-    rank, a buffer known before the tokens are routed."""
+    ``cfg`` an ``Experts`` or a ``MoEConfig``.  GShard and Switch use it as a fixed buffer: every
+    expert's slots padded to the capacity, so the all-to-all's sizes are known before routing.
+    ``experts.expert_parallel`` instead exchanges the counts first and sends only the kept requests
+    (pieces of varying size): here the capacity only limits what an expert takes, it pads nothing."""
     return math.ceil(cfg.capacity_factor * tokens * cfg.top_k / cfg.experts)
 
 
