@@ -38,7 +38,7 @@ lint: setup-test
 LESSONS := notebooks/*.ipynb course/solutions/*.ipynb
 
 notebooks: setup-test
-	$(PY) tools/run_course.py     # lessons in order in one sitting, then the solutions in another
+	$(PY) tools/run_course.py     # the lessons in order, then the solutions, in one sitting
 	$(PY) tools/course_time.py >/dev/null   # course/README.md: reading and run times from these runs
 
 nbval: setup-test

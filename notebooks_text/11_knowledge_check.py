@@ -12,8 +12,9 @@
 # 2. draws your measurements across the course in one figure;
 # 3. puts them together into the answer for the company.
 #
-# Run the lessons first; a question about a lesson you skipped says which one to run.
-#
+# Run the lessons first; a question about a skipped lesson says which one to run.
+
+# %% [markdown]
 # Everything below comes from **one sitting**: the results your lessons kept since the results file
 # began (or since `course_results.new_sitting()`). A lesson last run in another sitting is named, not
 # quoted, so this lesson never mixes a Tuesday run with a Friday one.

@@ -3,8 +3,8 @@
     python tools/run_course.py                 # every lesson, then every solution
     python tools/run_course.py notebooks/05b_more_data.ipynb ...   # only these, in the order given
 
-Lessons and solutions are each one sitting of their own, with a fresh results file: lesson 11 reads
-what lessons 01-10 of the same set kept a few minutes earlier, never a run from another day.  Each
+Lessons, then solutions, are one sitting with a fresh results file: lesson 11 (and its solution) read
+what lessons 01-10 kept a few minutes earlier, never a run from another day.  Each
 notebook is synced with its text twin first and after (jupytext), then executed in place (nbconvert).
 """
 from __future__ import annotations
@@ -42,5 +42,5 @@ if __name__ == "__main__":
     if given:
         run(given)
     else:
-        run(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.ipynb")))
-        run(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "course" / "solutions").glob("*.ipynb")))
+        run(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.ipynb"))
+            + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "course" / "solutions").glob("*.ipynb")))
