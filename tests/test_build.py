@@ -1,9 +1,22 @@
 """Issue 37: distlab.course.build runs a function typed in a notebook cell on real ranks."""
+import ast
 import linecache
+from pathlib import Path
 
 import pytest
 
 from distlab.course import build
+
+
+def solution_cell(solution: str, name: str) -> str:
+    """The text of function ``name`` as the course's solution ``solution`` (its text twin) defines it,
+    with the imports at the top of that file: a test checks the stored solution, not a copy of it."""
+    path = Path(__file__).resolve().parents[1] / "course" / "solutions_text" / f"{solution}.py"
+    text = path.read_text()
+    tree = ast.parse(text)
+    imports = [ast.get_source_segment(text, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    found = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    return "\n".join(imports) + "\n\n\n" + ast.get_source_segment(text, found) + "\n"
 
 
 def from_cell(text: str, name: str):
@@ -53,8 +66,8 @@ def test_what_the_ranks_cannot_rebuild_is_refused_before_any_process():
 
 def test_an_error_on_a_rank_shows_the_learners_line(capsys):
     fn = from_cell("def broken(worker):\n    x = torch.ones(2)\n    return x @ torch.ones(3)\n", "broken")
-    assert build.attempt("Exercise", fn, "distlab.course.build:call", world_size=2, warm=False) is None
+    assert build.attempt("Exercise", fn, "distlab.course.build:call", world_size=2, warm=False) is False
     said = capsys.readouterr().out
     assert "your broken failed on rank" in said and "return x @ torch.ones(3)" in said, said
-    assert build.attempt("Exercise", lambda w: 1, "distlab.course.build:call") is None
+    assert build.attempt("Exercise", lambda w: 1, "distlab.course.build:call") is False
     assert "a lambda has no source" in capsys.readouterr().out

@@ -3,7 +3,7 @@ is run on real ranks (or, where the mechanism is data, in the real pipeline or l
 with one process or the library; a correct answer passes and each planted mistake is caught and named.
 """
 import pytest
-from test_build import from_cell
+from test_build import from_cell, solution_cell
 
 from distlab.course import exercises_cluster, exercises_pipeline, exercises_tensor, exercises_zero
 
@@ -58,54 +58,7 @@ def test_lesson_06_the_placeholder_starts_nothing(capsys):
     assert "not answered yet" in said(capsys)
 
 
-SPLIT = '''
-def my_split(worker, fc2, fc3):
-    rank, size = worker.rank, worker.world_size
-
-    class F(torch.autograd.Function):          # f: identity forward, all-reduce backward
-        @staticmethod
-        def forward(ctx, x):
-            return x
-
-        @staticmethod
-        def backward(ctx, grad):
-            grad = grad.clone()
-            dist.all_reduce(grad)
-            return grad
-
-    class G(torch.autograd.Function):          # g: all-reduce forward, identity backward
-        @staticmethod
-        def forward(ctx, partial):
-            partial = partial.clone()
-            dist.all_reduce(partial)
-            return partial
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad
-
-    class Column(torch.nn.Module):
-        def __init__(self, linear):
-            super().__init__()
-            rows = linear.out_features // size
-            self.weight = torch.nn.Parameter(linear.weight.detach()[rank * rows:(rank + 1) * rows].clone())
-            self.bias = torch.nn.Parameter(linear.bias.detach()[rank * rows:(rank + 1) * rows].clone())
-
-        def forward(self, x):
-            return torch.nn.functional.linear(F.apply(x), self.weight, self.bias)
-
-    class Row(torch.nn.Module):
-        def __init__(self, linear):
-            super().__init__()
-            cols = linear.in_features // size
-            self.weight = torch.nn.Parameter(linear.weight.detach()[:, rank * cols:(rank + 1) * cols].clone())
-            self.bias = torch.nn.Parameter(linear.bias.detach().clone())
-
-        def forward(self, x):
-            return G.apply(torch.nn.functional.linear(x, self.weight)) + self.bias
-
-    return Column(fc2), Row(fc3)
-'''
+SPLIT = solution_cell("07_tensor_and_3d_parallelism", "my_split")    # the stored solution
 
 
 def test_lesson_07_correct_split_layers_train_to_one_process_on_real_ranks(capsys):

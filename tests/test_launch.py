@@ -344,3 +344,19 @@ def test_a_one_process_reference_runs_on_one_thread_and_gives_the_threads_back()
             assert torch.get_num_threads() == 1
             raise RuntimeError("inside")
     assert torch.get_num_threads() == before
+
+
+def test_cpu_ranks_are_forked_and_gpu_ranks_spawned(tmp_path):
+    """Issue 37, on an H200: ranks forked from the launcher could not start CUDA ("Cannot re-initialize
+    CUDA in forked subprocess"); GPU ranks are spawned, CPU ranks keep the fork's head start."""
+    import pickle
+
+    import torch
+
+    from distlab.processes import rank, torch_backend
+
+    for requested in ("cpu", "auto"):
+        with open(tmp_path / rank.SETTINGS, "wb") as f:
+            pickle.dump({"device": requested, "timeout": 10.0}, f)
+        gpu = requested == "auto" and torch.cuda.is_available()
+        assert torch_backend.start_method(str(tmp_path), 1) == ("spawn" if gpu else "fork")

@@ -18,9 +18,10 @@ SETS = {"lessons": ROOT / "notebooks"}    # the solutions are a sitting of their
 
 
 def kept_in(path) -> list[dict]:
-    """The results parts of a stored notebook's outputs, in order."""
+    """The results parts of a stored notebook's outputs, in order (the sitting, kept in the output's metadata, merged in)."""
     nb = json.loads(path.read_text())
-    return [out["data"][results.MIMETYPE] for cell in nb["cells"] if cell["cell_type"] == "code"
+    return [{**out["data"][results.MIMETYPE], **out.get("metadata", {}).get(results.MIMETYPE, {})}
+            for cell in nb["cells"] if cell["cell_type"] == "code"
             for out in cell.get("outputs", []) if results.MIMETYPE in out.get("data", {})]
 
 

@@ -129,13 +129,29 @@ def run(fn, task: str, *, world_size: int = 2, backend: str = "torchrun", warm: 
                   source=source, name=fn.__name__, task=task, args=args)
 
 
-def attempt(exercise: str, fn, task: str, **settings) -> list | None:
-    """Lesson 01: ``run`` for a checker: the records, or None after saying why there are none.
+def unanswered(exercise: str, fn) -> bool:
+    """Lesson 01: is ``fn`` still the lesson's placeholder?  If so, say so (nothing is started)."""
+    if placeholder(fn):
+        print(f"{exercise}: not answered yet. Write the function's body and run the cell again.")
+        return True
+    return False
 
-    A function the ranks cannot rebuild is refused before any process starts; one that fails on a
-    rank is shown with the failing line of *its* text (the last lines of that rank's traceback)."""
+
+def attempt(exercise: str, fn, task: str, **settings) -> list | bool | None:
+    """Lesson 01: ``run`` for a checker: the records, or the checker's answer after saying why there are none.
+
+    None: ``fn`` is still the placeholder (nothing started).  False: the function the ranks cannot
+    rebuild is refused before any process starts, or it failed on a rank, shown with the failing line
+    of *its* text (the last lines of that rank's traceback).  A checker goes on only with a list::
+
+        records = build.attempt(EXERCISE, fn, TASK, world_size=2)
+        if not isinstance(records, list):
+            return records
+    """
     from ..processes.launcher import WorkerError
 
+    if unanswered(exercise, fn):
+        return None
     try:
         return run(fn, task, **settings)
     except NotBuildable as err:
@@ -143,7 +159,7 @@ def attempt(exercise: str, fn, task: str, **settings) -> list | None:
     except WorkerError as err:
         tail = "\n".join(err.remote_traceback.strip().splitlines()[-4:]) or str(err)
         print(f"{exercise}: your {fn.__name__} failed on rank {err.rank}:\n{tail}")
-    return None
+    return False
 
 
 def call(worker, fn, **args):

@@ -93,10 +93,9 @@ def torchrun_assignment(nodes: int = 2, processes_per_node: int = 3, timeout: fl
 def rank_environment(fn, nodes: int = 2, processes_per_node: int = 3) -> bool | None:
     """Lesson 09: check the learner's ``fn(nodes, processes_per_node, node, local_rank) -> {variable: value}``
     against the environment real torchrun agents gave every process of that layout."""
-    from .build import placeholder
+    from .build import unanswered
 
-    if placeholder(fn):
-        print("rank environment: not answered yet. Write the function's body and run the cell again.")
+    if unanswered("rank environment", fn):
         return None
     real = torchrun_assignment(nodes, processes_per_node)
     for (node, local), env in sorted(real.items()):

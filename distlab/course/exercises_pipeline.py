@@ -64,10 +64,9 @@ def one_f_one_b_order(fn, steps: int = 2) -> bool | None:
     Returns None for the lesson's placeholder (no process started), False with the first wrong
     pass named, True when the learner's order, run on real ranks, trains to one process's
     parameters and runs 1F1B's passes in 1F1B's order."""
-    from .build import placeholder
+    from .build import unanswered
 
-    if placeholder(fn):
-        print(f"{EXERCISE}: not answered yet. Write the function's body and run the cell again.")
+    if unanswered(EXERCISE, fn):
         return None
     orders = {}
     for p, m in CHECKED:

@@ -68,7 +68,8 @@ class LibrarySchedule(Strategy):
 
     As in ``pipeline.PipelineSchedule``, ``run.model`` is this stage's parameters by name, so the
     loop's checkpoints hold this stage's shard and resume it.  The first stage feeds the images,
-    the last the labels (and gets the micro-batches' losses back); a stage between feeds nothing.
+    the last the labels (and gets the micro-batches' losses back), a single stage both; a stage
+    between feeds nothing.
     """
 
     def __init__(self, runner, rank: int, p: int):
@@ -77,12 +78,8 @@ class LibrarySchedule(Strategy):
     def step(self, run: Run, step: int, x: torch.Tensor, y: torch.Tensor) -> Done:
         t_start = time.time()
         losses: list[torch.Tensor] = []
-        if self.rank == 0:
-            self.runner.step(x)
-        elif self.rank == self.p - 1:
-            self.runner.step(target=y, losses=losses)
-        else:
-            self.runner.step()
+        first, last = self.rank == 0, self.rank == self.p - 1      # one stage is both
+        self.runner.step(*((x,) if first else ()), **(dict(target=y, losses=losses) if last else {}))
         t_compute_end = time.time()
         run.optimizer.step()
         run.optimizer.zero_grad()

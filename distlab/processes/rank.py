@@ -108,7 +108,7 @@ def serve(pool_dir: str, backend: str) -> int:
         worker = backend_module(backend).start_worker(settings["device"], settings["timeout"])
         with open(os.path.join(pool_dir, f"joined_{worker.rank}.json"), "w") as f:   # for lesson 00
             json.dump({"started": started, "joined": time.time()}, f)
-        fresh = _fresh_state()
+        fresh = _fresh_state(worker.device)
         while (job := _wait_for_job(job_dir(pool_dir, number))) is not None:
             _start_like_new(job, worker, fresh)
             worker.run_dir, worker._last_progress = job_dir(pool_dir, number), 0.0
@@ -173,14 +173,15 @@ def _wait_for_job(folder: str):
         return pickle.load(f)
 
 
-def _fresh_state() -> dict:
+def _fresh_state(device) -> dict:
     """What a job may change, as it was when the rank started: every random number generator a
-    training function might use, and the cores the rank may run on."""
+    training function might use, and the cores the rank may run on.  The GPUs' generators only on
+    a GPU rank: a CPU rank on a GPU machine must not start CUDA (forked ranks cannot)."""
     import numpy as np
     import torch
 
     return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
             "cores": os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None}
 
 

@@ -18,6 +18,7 @@ import glob
 import importlib
 import json
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -29,6 +30,7 @@ import torch.distributed as dist
 from .jobs import Job
 from .torch_worker import NAME, TorchWorker, comm_library
 from .devices import choose_device, torch_device
+from .rank import SETTINGS
 from .worker import DEFAULT_TIMEOUT
 
 
@@ -147,12 +149,25 @@ def stop_all_when_orphaned(parent_pid: int, grace: float = 5.0) -> None:
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
+def start_method(pool_dir: str, local_world_size: int) -> str:
+    """Lesson 00: ``"fork"`` for ranks on CPU processes, ``"spawn"`` for ranks that will use a GPU.
+
+    A forked child cannot start CUDA once its parent has touched the driver (PyTorch raises "Cannot
+    re-initialize CUDA in forked subprocess"), and asking how many GPUs there are is enough to touch
+    it: on an H200 machine every GPU rank forked from this launcher failed so (bench/gpu_check.py,
+    issue 37).  Spawned ranks start a fresh Python and import PyTorch again (seconds each, once per
+    pool): the price of a GPU.  CPU ranks keep the fork and its head start."""
+    with open(os.path.join(pool_dir, SETTINGS), "rb") as f:
+        requested = pickle.load(f)["device"]
+    return "spawn" if choose_device(requested, local_world_size) == "cuda" else "fork"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m distlab.processes.torch_backend N PORT POOL_DIR``: torchrun, forking its ranks.
 
     torchrun's own argument parser and launcher (``torch.distributed.run``), with
-    ``--start-method=fork`` and ``rank.serve`` as the function every rank runs.  Forking is
-    safe here: this process has done no tensor work (no half-used thread pool to inherit), and
+    ``--start-method=fork`` (``spawn`` for GPU ranks: ``start_method``) and ``rank.serve`` as the
+    function every rank runs.  Forking CPU ranks is safe here: this process has done no tensor work (no half-used thread pool to inherit), and
     its other threads (torchrun's store, ``record_exits``) only wait and are not needed by the
     ranks: they reach the store over TCP like any client.
     """
@@ -174,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         importlib.import_module(os.environ["DISTLAB_PRELOAD"])
     with open(os.path.join(pool_dir, "launcher_ready.json"), "w") as f:       # for lesson 00
         json.dump({"ready": time.time()}, f)
+    method = start_method(pool_dir, int(world_size))
     config, _, _ = config_from_args(parse_args([*torchrun_flags(int(world_size), int(port)),
-                                                "--start-method=fork", "distlab-rank"]))
+                                                f"--start-method={method}", "distlab-rank"]))
     record_exits(pool_dir, int(world_size))
     threading.Thread(target=stop_all_when_orphaned, args=(os.getppid(),), daemon=True).start()
     try:
