@@ -35,8 +35,8 @@ NVIDIA/nccl#418).
 
 Each strategy runs in a child process of its own (this script with ``--one``), in a session
 of its own, killed with its ranks when it overruns: a hung or crashed strategy costs its own
-line, not the others', and the whole check stays inside ``--budget`` seconds (default 420: GPU ranks are spawned, not forked,
-and each strategy took 25-35 s on one H200).
+line, not the others', and the whole check stays inside ``--budget`` seconds (default 420:
+GPU ranks are spawned, not forked, and each strategy took 25-35 s on one H200).
 Exits 0 whatever the lines say.  Without a CUDA GPU (and without ``--device cpu``) it prints
 one line saying so and exits 0.
 """

@@ -18,7 +18,7 @@ SETS = {"lessons": ROOT / "notebooks"}    # the solutions are a sitting of their
 
 
 def kept_in(path) -> list[dict]:
-    """The results parts of a stored notebook's outputs, in order (the sitting, kept in the output's metadata, merged in)."""
+    """The results parts of a stored notebook's outputs, in order (with the sitting, kept in the output's metadata)."""
     nb = json.loads(path.read_text())
     return [{**out["data"][results.MIMETYPE], **out.get("metadata", {}).get(results.MIMETYPE, {})}
             for cell in nb["cells"] if cell["cell_type"] == "code"
