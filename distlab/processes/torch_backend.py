@@ -168,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     torchrun's own argument parser and launcher (``torch.distributed.run``), with
     ``--start-method=fork`` (``spawn`` for GPU ranks: ``start_method``) and ``rank.serve`` as the
     function every rank runs.  Forking CPU ranks is safe here: this process has done no tensor
-    work (no half-used thread pool to inherit), and its other threads (torchrun's store, ``record_exits``) only wait and are not needed by the
-    ranks: they reach the store over TCP like any client.
+    work (no half-used thread pool to inherit), and its other threads (torchrun's store,
+    ``record_exits``) only wait and are not needed by the ranks: they reach the store over TCP
+    like any client.
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
