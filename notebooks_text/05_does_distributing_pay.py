@@ -453,6 +453,27 @@ for label, a in (("fitted inside training", alpha), ("idle ping-pong", idle_alph
 print(f"compute per rank at 8 ranks: about {worst[1]['compute_s'] / 8 * 1e3:.3f} ms per step")
 
 # %% [markdown]
+# **Build it: accuracy on shards, one decision.** The company's real question is the time to an
+# accuracy (lesson 05b), so the accuracy is measured while training runs. If every rank evaluates
+# the whole test set, N ranks do the same work N times. Split it instead: each rank counts
+# `correct` answers among its `total` test samples. Write what every rank then runs: return the
+# **whole** test set's accuracy and whether to stop (`accuracy >= target`), the same on every
+# rank. `worker.all_reduce(t)` sums a tensor over the ranks. Predict first: why is the mean of the
+# ranks' accuracies not the answer, and what happens to a rank that stops alone? The checker runs
+# your function on 2 real ranks every 6 steps of training, against the accuracy one process
+# measures at the same parameters.
+
+# %%
+from distlab.course import exercises_evaluate
+
+
+def accuracy_and_stop(worker, correct, total, target):
+    ...   # return (the whole test set's accuracy, stop?), the same on every rank
+
+
+exercises_evaluate.accuracy_on_shards(accuracy_and_stop)
+
+# %% [markdown]
 # ## What to tell the insurance company
 #
 # * A second **rank** can only pay when each step does a lot of arithmetic per byte of gradient:

@@ -28,3 +28,24 @@ n_bytes = traffic.gradient_bytes("mlp", 64)
 answer = 2 * (8 - 1) * 6 * alpha + 2 * (8 - 1) / 8 * n_bytes * beta
 
 assert exercises.allreduce_on_eight(answer, n_bytes, messages=6, alpha=alpha, beta=beta)
+
+# %% [markdown]
+# **Accuracy on shards, one decision.** Sum the two counts over the ranks, then divide: every test
+# sample counts once, whatever the shards' sizes (180 and 179 here; the mean of the two shard
+# accuracies is off in the fifth decimal). Every rank then holds the same two sums, so every rank
+# computes the same accuracy and takes the same decision: none stops alone.
+
+# %%
+import torch
+
+from distlab.course import exercises_evaluate
+
+
+def accuracy_and_stop(worker, correct, total, target):
+    counts = torch.tensor([float(correct), float(total)], dtype=torch.float64)
+    worker.all_reduce(counts)                  # (all correct answers, all test samples), on every rank
+    accuracy = (counts[0] / counts[1]).item()
+    return accuracy, accuracy >= target
+
+
+assert exercises_evaluate.accuracy_on_shards(accuracy_and_stop)
