@@ -64,7 +64,7 @@ class Runs:
         """The mean (geometric on a log scale, where ``values`` are logarithms) and the range."""
         back = math.exp if log else float
         lo, hi = back(min(self.values)), back(max(self.values))
-        return (f"{self.name} {back(self.mean):.{digits}g}{unit} ({lo:.{digits}g} to {hi:.{digits}g}, "
+        return (f"{self.name} {back(self.mean):.{digits}g}{unit} (runs from {lo:.{digits}g} to {hi:.{digits}g}, "
                 f"{self.n} run{'s' if self.n != 1 else ''})")
 
 
@@ -134,7 +134,7 @@ def _decide(a: Runs, b: Runs | None, reference: float | None, se: float, df: flo
         numbers = (f"ratio {math.exp(gap):.{digits}g}, 99% interval x/ {math.exp(half):.{digits}g}, "
                    f"smallest ratio that matters {math.exp(floor):.{digits}g}")
     else:
-        numbers = (f"gap {gap:+.{digits}g}{unit}, 99% interval +/- {half:.{digits}g}, "
+        numbers = (f"gap {gap:+.{digits + 1}g}{unit}, 99% interval +/- {half:.{digits + 1}g}, "
                    f"smallest gap that matters {floor:.{digits}g}")
     if clear:
         words = f"{winner} {better}: a clear difference"

@@ -12,7 +12,8 @@
 #   it on a *different part of the data*. The copies must stay identical, so the workers combine
 #   their gradients before every update.
 # * **Model parallelism**: the *model* is cut into pieces that live on different workers, for
-#   models too large for one. Activations travel between workers instead of gradients.
+#   models too large for one. Activations (and, in backward, their gradients) travel between
+#   workers instead of the parameters' gradients.
 #   Lessons 06 (whole layers per worker: pipelines) and 07 (slices of each layer: tensor
 #   parallelism, and the three combined) run it; lessons 01 to 05 are data parallelism.
 #
@@ -25,7 +26,7 @@ from distlab.data_parallel import data_parallel
 from distlab.data import load_digits, shard_indices
 from distlab.widgets.data_parallel import gradient_widget, gradients_at, partition_widget
 
-torch.set_num_threads(1)   # tiny model: one thread here leaves the other core to the workers
+torch.set_num_threads(1)   # tiny model: one thread in this notebook; the cores are for the workers
 digits = load_digits()
 N = 2                      # workers (ranks)
 config = dict(model="mlp", width=64, global_batch_size=64, steps=150, lr=0.5, seed=0,
@@ -43,7 +44,8 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 # shards do not overlap, and together they cover every sample. No rank has to ask another which
 # samples are its own: all shuffle the indices with the same seed, and rank `r` takes every N-th
 # index starting at `r` (this is what PyTorch's `DistributedSampler` does). Each rank then walks
-# through its shard in **mini-batches**; the next epoch reshuffles.
+# through its shard in **mini-batches**; an incomplete last mini-batch is dropped (PyTorch's
+# `drop_last`), so every step has B samples a rank, and the next epoch reshuffles.
 #
 # **Predict:** with 3 workers, do all ranks get the same number of samples? 1,438 does not divide by 3.
 #
@@ -61,8 +63,8 @@ for workers in (1, 2, 3, 4):
 
 # %% [markdown]
 # When the samples do not divide evenly, the first few are used twice so that every rank has as
-# many mini-batches as the others. A rank that ran out early would leave the others waiting
-# forever at the next exchange.
+# many mini-batches as the others. A rank that ran out early would leave the others waiting at
+# the next exchange until its timeout (PyTorch's DDP offers `Join` for uneven inputs).
 
 # %% [markdown]
 # ## One global update from N local gradients
@@ -76,10 +78,12 @@ for workers in (1, 2, 3, 4):
 # $$
 #
 # so the average of the ranks' gradients *is* the gradient of the whole global batch (the
-# mini-batches must have equal size, which is why the shards are padded). If every rank starts
+# mini-batches must have equal size: padded shards, full mini-batches). If every rank starts
 # from the same parameters and applies the same averaged gradient, the copies stay identical and
-# together they take the steps of one process with batch $NB$. In code, done by hand
-# (`AllReduceEachParameter` in `distlab/data_parallel/gradient_sync.py`):
+# together they take the steps of one process with batch $NB$, up to rounding. (It needs a loss
+# that is a mean over independent samples: BatchNorm's per-worker statistics would break it, hence
+# PyTorch's `SyncBatchNorm`.) In code, by hand (`AllReduceEachParameter` in
+# `distlab/data_parallel/gradient_sync.py`, through the one reducer in `distlab/train/reduce.py`):
 #
 # ```python
 # loss.backward()                            # this rank's gradient, from its own B samples
@@ -135,8 +139,10 @@ for step in sorted(by_hand[0].grads):
 # ## The same with PyTorch's DistributedDataParallel
 #
 # `DistributedDataParallel` (DDP) does the averaging for you, usually faster: it groups gradients into
-# buckets and starts all-reducing a bucket as soon as backward has produced it, while backward
-# goes on with the earlier layers. The mathematics is the same, so the result must be too.
+# buckets (the first 1 MiB, then 25 MiB each) and all-reduces a bucket as soon as backward has
+# filled it, while backward goes on with the earlier layers. This MLP's whole gradient (about
+# 36 kB) fits in the first bucket, so here DDP sends **one** message, after backward: nothing to
+# overlap. The mathematics is the same, so the result must be too.
 
 # %% tags=["nbval-ignore-output"]
 ddp = distlab.launch(data_parallel.train, world_size=N, method="ddp", progress="auto", **config)
@@ -180,9 +186,9 @@ course_results.remember("01", world_size=N, max_param_difference=distlab.max_par
 # ## When is a difference real? The course's one rule
 #
 # A seed's test accuracy is one **independent run**: its own start and data order. The steps of
-# one run are not independent (they share all of that). One run's spread, the standard deviation
-# *s*, stays the same however many runs you add; the uncertainty of their **mean**, the standard
-# error *s/√n*, shrinks. So the rule (`distlab/verdict.py`, used by every lesson from here on)
+# one run are not independent (they share all of that). The spread of single runs (the standard
+# deviation *s* of the runs' values) stays the same however many runs you add; the uncertainty of
+# their **mean**, the standard error *s/√n*, shrinks. So the rule (`distlab/verdict.py`, used by every lesson from here on)
 # compares means: at least 3 runs a side, the gap larger than a confidence interval built from
 # the standard errors (Welch's), and larger than a **margin**, the smallest gap that matters
 # (a share of the larger mean). Otherwise it says **"no clear difference"**: the runs allow
@@ -216,7 +222,8 @@ print(seed_verdict)
 # averaged over more samples is less noisy, which is expected to give a better model (or an equal
 # one, once both have learned what the data allow). The verdict above says whether these eight
 # seeds *show* it; "no clear difference" means they cannot tell the two apart, not that the two
-# are equal. That is the accuracy side of the company's question.
+# are equal. Note that this is a bigger batch per step, not more data: the training set is the
+# same 1,438 digits (more data is lesson 05b's question).
 #
 # The other side is time. Each rank computed on 32 digits per step instead of 64, but the
 # ranks also had to talk, and on a small machine they compete for the same cores. Lesson 05
@@ -224,13 +231,14 @@ print(seed_verdict)
 # first look at the three runs above.
 
 # %% [markdown]
-# **Predict:** which of the three trained the most samples per second: the ranks averaging by
-# hand (6 all-reduces per step, each waited for), the ranks with DDP (the gradients in buckets,
-# sent while backward runs), or one process with the whole batch and no communication?
+# **Predict:** how many messages does each send per step: the ranks averaging by hand (one
+# all-reduce per parameter tensor), the ranks with DDP (one bucket here), one process (none)? Which
+# would you then expect to train the most samples per second?
 #
 # The cell below prints each run's samples per second (all its samples over the slowest rank's
 # time from the first step to the last) and draws each run's step durations: a box holds the
-# middle half of the steps, the whiskers most of the rest, so you see the spread, not one number.
+# middle half of the steps, the whiskers most of the rest (the slowest outliers are not drawn).
+# One run of each cannot name a winner by the rule: it is a first look.
 
 # %% tags=["nbval-ignore-output"]
 from matplotlib.figure import Figure
@@ -261,7 +269,7 @@ show(fig)
 # are the steps of that run, which share its start, its neighbours on the machine and its data:
 # they show the spread within a run, not whether another run would come out in the same order.
 # Lesson 02 splits a step into computing and talking; lesson 05 repeats the runs and asks the rule
-# when the ranks win.
+# whether the ranks win.
 
 # %% [markdown]
 # ## Exercises
@@ -291,7 +299,7 @@ exercises.shards_of_three(answer, n=digits.n_train, global_batch_size=96, world_
 # %% [markdown]
 # **3. Build it: the gradient average.** Write what every rank runs after backward: make each
 # parameter's `p.grad` the average of the ranks' gradients. `worker.all_reduce(t)` *sums* `t` over
-# the ranks, in place; `worker.world_size` is N. The checker runs your function on 2 real ranks
+# the ranks, in place; `worker.world_size` is N. The checker runs your function on 3 real ranks
 # inside the course's training loop for 4 steps, compares every step's gradients with one process
 # on the whole batch (`distlab.compare`, which you can use on your own runs), and then the ranks'
 # copies with each other. If they differ, it says at which step, in which parameter, by how much.
@@ -311,7 +319,7 @@ exercises_build.gradient_average(average_gradients)
 # solutions) are in `course/exercises/01_data_parallelism.md`.
 #
 # **What we learned:** N workers with the same starting parameters and averaged gradients take
-# exactly the steps of one process on an N times larger batch. Data parallelism buys a bigger
+# the steps of one process on an N times larger batch, up to rounding. Data parallelism buys a bigger
 # batch per step, not a different algorithm. Next, **02 · Horovod** runs the same training with
 # Horovod.
 

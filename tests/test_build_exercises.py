@@ -12,6 +12,7 @@ def average_gradients(model, worker):
 '''
 RIGHT = AVERAGE.format(divide="\n        p.grad /= worker.world_size")
 NO_DIVIDE = AVERAGE.format(divide="")
+HALVED = AVERAGE.format(divide="\n        p.grad /= 2")       # right on 2 ranks only: the checker runs 3
 SOME_LAYERS = '''
 def average_gradients(model, worker):
     for p in list(model.parameters())[:2]:
@@ -26,7 +27,10 @@ def test_lesson_01_average_right_and_wrong(capsys):
     assert ex.gradient_average(from_cell(RIGHT, "average_gradients")) is True
     assert ex.gradient_average(from_cell(NO_DIVIDE, "average_gradients")) is False
     said = capsys.readouterr().out
-    assert "2x" in said and "divide by worker.world_size" in said and "step 0" in said, said
+    assert "3x" in said and "divide by worker.world_size" in said and "step 0" in said, said
+    assert ex.gradient_average(from_cell(HALVED, "average_gradients")) is False
+    said = capsys.readouterr().out
+    assert "1.5x" in said and "step 0" in said, said
     assert ex.gradient_average(from_cell(SOME_LAYERS, "average_gradients")) is False
     said = capsys.readouterr().out
     names = [n for n, _ in __import__("distlab").models.build_model("mlp", 16).named_parameters()]

@@ -128,8 +128,13 @@ CASES = {
     "11 Azure ML command": (exc.azure_ml_command, {},
                             "distlab job azureml run.yaml --set launch.image=myregistry.azurecr.io/distlab:0.1",
                             "distlab run run.yaml", "writes a job"),
-    "11 Azure ML command, no image": (exc.azure_ml_command, {}, "distlab job azureml --set launch.image=r.io/d:1 "
-                                      "-o job.yml run.yaml", "distlab job azureml run.yaml", "needs launch.image"),
+    "11 Azure ML command, no image": (exc.azure_ml_command, {}, "distlab job azureml --set "
+                                      "launch.image=myregistry.azurecr.io/distlab:0.1 -o job.yml ./run.yaml",
+                                      "distlab job azureml run.yaml", "needs launch.image"),
+    "11 Azure ML command, another image": (exc.azure_ml_command, {}, "distlab job azureml ./run.yaml --set "
+                                           "launch.image=myregistry.azurecr.io/distlab:0.1",
+                                           "distlab job azureml run.yaml --set launch.image=r.io/d:1",
+                                           "does not run the image myregistry.azurecr.io/distlab:0.1"),
     "11 Horovod fusion": (exc.horovod_fusion, dict(tensors=6), 1, 6, "packs the tensors ready in one cycle"),
     "11 1F1B against GPipe": (exc.pipeline_schedule, dict(stages=4, micro_batches=8), "memory", "bubble",
                               "holds 4 micro-batches' activations instead of 8"),
@@ -216,3 +221,25 @@ def test_best_regime_accepts_a_regime_the_repeats_do_not_tell_apart(capsys):
     assert exc.best_regime("probe", stored) is False             # the verdict names worst over probe
     assert "probe 0.71 (repeats 0.70 to 0.72)" in capsys.readouterr().out
     assert exc.best_regime("worst", stored) is True
+
+
+def test_an_answer_counts_in_any_form_a_learner_types_it(capsys):
+    """Issue 37's review: a right answer is not refused for its case, its integer type or an array."""
+    import numpy as np
+    import torch
+
+    from distlab.course.checking import check_each, same
+
+    assert same("ZeRO", "zero", 0) and same("Parameter  Server", "parameter server", 0)
+    assert same(np.int64(12), 12, 0) and same(12.0, 12, 0) and not same(13, 12, 0)
+    assert same(np.array([1.0, 2.0]), torch.tensor([1.0, 2.0]), 0) and not same("1", 1, 0)
+    assert same(np.bool_(True), True, 0) and not same(1, True, 0)
+    assert check_each("shards", ["not", "a", "dict"], {"a": 1}, {}) is False
+    assert "answer with a dict" in capsys.readouterr().out
+    assert exc.best_regime(["unhashable"], {"speedup_2_ranks": {"best": 1.1}}) is False
+
+
+def test_one_short_of_the_steps_redone_is_told_why(capsys):
+    lesson10 = {"steps_redone": 50, "sitting": "x"}
+    assert exc.failure_cost(49, lesson10) is False
+    assert "steps are numbered from 0" in capsys.readouterr().out

@@ -36,6 +36,9 @@ def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",
 
 def check_each(exercise: str, answers: dict, expected: dict, hints: dict[str, str]) -> bool | None:
     """Lesson 01: ``check`` for answers with several parts (a dict); says which parts are wrong."""
+    if answers is not ... and not isinstance(answers, dict):
+        print(f"{exercise}: not quite: answer with a dict, one entry for each of: {', '.join(expected)}.")
+        return False
     if answers is ... or any(answers.get(k, ...) is ... for k in expected):
         missing = list(expected) if answers is ... else [k for k in expected if answers.get(k, ...) is ...]
         print(f"{exercise}: not answered yet ({', '.join(missing)}). Replace each ... with your answer.")
@@ -50,11 +53,27 @@ def check_each(exercise: str, answers: dict, expected: dict, hints: dict[str, st
 
 
 def same(answer, expected, tolerance: float) -> bool:
+    """Lesson 00: does ``answer`` say what ``expected`` says, in any form a learner may type it?
+
+    Words agree whatever their case and spacing ("ZeRO" is "zero"); a whole number agrees whatever
+    its type (NumPy's ``int64``, a float with no fraction); an array agrees with a tensor of the same
+    values.  Anything else must be of the expected type."""
+    import numbers
+
+    import numpy as np
+
     if isinstance(expected, torch.Tensor):
+        if isinstance(answer, np.ndarray):
+            answer = torch.from_numpy(answer)
         return (isinstance(answer, torch.Tensor) and answer.shape == expected.shape
-                and bool((answer - expected).abs().max() <= 1e-6 + tolerance * expected.abs().max()))
-    if isinstance(expected, float) or (isinstance(expected, int) and isinstance(answer, float)):
-        return isinstance(answer, (int, float)) and math.isclose(answer, expected, rel_tol=tolerance or 1e-9)
+                and bool((answer.to(expected.dtype) - expected).abs().max()
+                         <= 1e-6 + tolerance * expected.abs().max()))
+    if isinstance(expected, bool) or isinstance(answer, bool):
+        return isinstance(answer, (bool, np.bool_)) and isinstance(expected, bool) and bool(answer) == expected
+    if isinstance(expected, numbers.Real) and isinstance(answer, numbers.Real):
+        if isinstance(expected, numbers.Integral) and isinstance(answer, numbers.Integral):
+            return int(answer) == int(expected)
+        return math.isclose(float(answer), float(expected), rel_tol=tolerance or 1e-9)
     if isinstance(expected, str) and isinstance(answer, str):
-        return answer.split() == expected.split()
+        return answer.lower().split() == expected.lower().split()
     return type(answer) is type(expected) and answer == expected

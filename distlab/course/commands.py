@@ -85,12 +85,14 @@ def horovodrun(answer, world_size: int = 4) -> bool | None:
     return check("horovodrun", not problems, True, hints={False: "; ".join(problems) + "."})
 
 
-def distlab_job(answer, config_text: str, *, target: str = "azureml", config_file: str = "run.yaml") -> bool | None:
+def distlab_job(answer, config_text: str, *, target: str = "azureml", config_file: str = "run.yaml",
+                image: str | None = None) -> bool | None:
     """Lessons 09 and 11: does ``answer`` (``distlab job ...``) write a ``target`` job for ``config_file``?
 
     It is run for real, in a scratch folder holding ``config_file`` (``config_text``), by distlab's own
     command-line entry point: every spelling distlab accepts is right, and a refusal is shown as distlab
-    prints it (a config without ``launch.image`` cannot become an Azure ML job)."""
+    prints it (a config without ``launch.image`` cannot become an Azure ML job).  ``./run.yaml`` is
+    ``run.yaml``; with ``image``, the job written (printed, or the file ``-o`` names) must run that image."""
     if answer is ...:
         return check(f"distlab job {target}", answer, None)
     from .. import cli
@@ -109,9 +111,15 @@ def distlab_job(answer, config_text: str, *, target: str = "azureml", config_fil
                 code = cli.main(w[1:])
             except SystemExit as stop:            # argparse refused the words: it said why on stderr
                 args, code = None, stop.code or 2
-        wrote = args is not None and code == 0 and args.target == target and args.config == config_file
+        wrote = (args is not None and code == 0 and args.target == target
+                 and os.path.normpath(args.config) == os.path.normpath(config_file))
+        job = out.getvalue() + "".join(open(f).read() for f in os.listdir(".") if f != config_file
+                                       and os.path.isfile(f))
+    wrong_image = wrote and image is not None and image not in job
     said = (err.getvalue().strip() or "distlab could not read that command").splitlines()[-1]
     hint = (f"distlab said: {said}" if code != 0 else
+            f"the job distlab wrote does not run the image {image}." if wrong_image else
             f"that writes a {getattr(args, 'target', '?')} job for {getattr(args, 'config', '?')}; "
             f"the question asks for {target} and {config_file}.")
+    wrote = wrote and not wrong_image
     return check(f"distlab job {target}", wrote, True, hints={False: hint})

@@ -119,11 +119,12 @@ def _say(exercise: str, report, hint: str) -> bool:
     return False
 
 
-def gradient_average(fn, *, world_size: int = 2, steps: int = 4, backend: str = "torchrun") -> bool | None:
+def gradient_average(fn, *, world_size: int = 3, steps: int = 4, backend: str = "torchrun") -> bool | None:
     """Lesson 01: ``fn(model, worker)`` must leave every rank's ``.grad`` the average over the ranks.
 
     Runs it on ``world_size`` real ranks for ``steps`` steps; compares each step's gradients with one
-    process on the global batch, then every rank's final parameters with rank 0's."""
+    process on the global batch, then every rank's final parameters with rank 0's.  Three ranks, so
+    that a divisor written as 2 instead of ``worker.world_size`` shows."""
     exercise = "Build it: the gradient average"
     records = build.attempt(exercise, fn, "distlab.course.exercises_build:average_task",
                             world_size=world_size, backend=backend, steps=steps)

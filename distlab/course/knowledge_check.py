@@ -69,7 +69,7 @@ def best_regime(answer, results: dict | None) -> bool | None:
     speedups = results["speedup_2_ranks"] if results else {"?": 0}
     best = max(speedups, key=speedups.get)
     runs = (results or {}).get("speedup_2_ranks_runs", {})
-    if answer != best and answer in runs and best in runs:
+    if isinstance(answer, str) and answer != best and answer in runs and best in runs:
         said = verdict(runs[best], runs[answer], names=(best, answer), log=True)
         if said.winner is None:         # the repeats do not tell them apart: either is a fair reading
             print(f"best regime: correct within the spread: {best} had the larger median, but the verdict "
@@ -99,8 +99,13 @@ def failure_cost(answer, results: dict | None) -> bool | None:
         return None
     redone = results["steps_redone"] if results else 0
     return check("failure cost", answer, redone, hints={
-        0: "the job went back to its last checkpoint: the steps after it were trained again."},
+        0: "the job went back to its last checkpoint: the steps after it were trained again.",
+        redone - 1: "one short: steps are numbered from 0, so the steps from the checkpoint's (say 300) to the "
+                    "one the kill interrupted (say 349) are 349 - 300 + 1 of them."},
         otherwise="the steps between the last checkpoint and the kill (lesson 10, exercise 2).")
+
+
+IMAGE = "myregistry.azurecr.io/distlab:0.1"      # the image lesson 11's question gives
 
 
 def azure_ml_command(answer) -> bool | None:
@@ -113,7 +118,7 @@ def azure_ml_command(answer) -> bool | None:
     from .commands import distlab_job
 
     config = yaml.safe_dump(RunConfig().model_dump(mode="json"), sort_keys=False)
-    return distlab_job(answer, config, target="azureml", config_file="run.yaml")
+    return distlab_job(answer, config, target="azureml", config_file="run.yaml", image=IMAGE)
 
 
 def horovod_fusion(answer, tensors: int = 6) -> bool | None:

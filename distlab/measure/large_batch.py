@@ -44,7 +44,8 @@ def large_batch_study(world_sizes=(1, 2, 4, 8), *, batch_size: int = 8, epochs: 
     ``train_single`` in this process.  A fixed number of epochs means N times fewer
     steps; three rules for the learning rate: keep it (``"same lr"``), multiply it by N
     (``"linear scaling"``), or multiply it by N and warm up to it from lr over
-    ``warmup_epochs`` (``"linear + warm-up"``).  Mean over ``seeds``.
+    ``warmup_epochs`` (``"linear + warm-up"``).  ``accuracy`` is the mean over ``seeds``;
+    ``accuracies`` keeps one number per seed (independent runs, for ``distlab.verdict``).
     """
     n = load_digits().n_train
     rows = []
@@ -63,5 +64,5 @@ def large_batch_study(world_sizes=(1, 2, 4, 8), *, batch_size: int = 8, epochs: 
                         for s in seeds]
                 rows.append(dict(world_size=world, rule=rule, lr=rate, warmup_steps=warm, epochs=epochs,
                                  steps=epochs * per_epoch, global_batch_size=world * batch_size,
-                                 accuracy=sum(accs) / len(accs)))
+                                 accuracy=sum(accs) / len(accs), accuracies=tuple(accs)))
     return rows

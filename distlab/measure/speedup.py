@@ -55,10 +55,11 @@ def repeat_ratios(rows, key: tuple, world_size: int, threads: int, base_threads:
                   field: str = "samples_per_s", method: str = "by_hand") -> list[float]:
     """Lesson 05: ``field`` at ``world_size`` ranks over one process's, repeat by repeat, sorted.
 
-    ``scaling.measure`` runs every configuration once per repeat, a few seconds apart, so a
-    repeat of N ranks and the same repeat of one process saw the machine in about the same
-    mood: their ratio is the fair comparison, and the spread of the ratios over repeats says
-    how far the answer can be trusted.  The table (``speedups``), the verdicts and the
+    ``scaling.measure`` runs every configuration once per repeat; repeat i of N ranks is paired
+    with repeat i of one process, which ran in another launch (``run_scaling`` launches the
+    world sizes one after the other), so a pair shares its place in the order, not its moment.
+    Each pair's ratio is one run, and the spread of the ratios over repeats says how far the
+    answer can be trusted.  The table (``speedups``), the verdicts and the
     compute ratios all take their numbers from here, so they cannot disagree.
     """
     def by_repeat(world, thr):
