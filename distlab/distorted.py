@@ -1,9 +1,13 @@
 """More handwriting from the same digits: elastic and affine distortions, made on the ranks.
 
-Introduced in lesson 05 ("More data, more accuracy").  The insurance company wants a more
-accurate model *trained on more data*, but offline we have 1,797 real 8x8 digits.  Simard,
-Steinkraus and Platt (2003, "Best practices for convolutional neural networks applied to visual
-document analysis") showed that distorted copies of the training digits act like new writers:
+Introduced in lesson 05b ("More data, more accuracy?").  The insurance company wants a more
+accurate model *trained on more data*, but offline we cannot collect new writers: we have 5,000
+real 28x28 MNIST digits (and 1,797 real 8x8 ones).  Simard, Steinkraus and Platt (2003, "Best
+practices for convolutional neural networks applied to visual document analysis") trained on
+distorted copies of MNIST's training digits; in their Table 1 elastic distortions took a two-layer
+MLP from 1.6% to 0.7% test error.  Their explanation is that the copies teach invariance to small
+deformations; the copies are not new writers (they bring no new styles), and lesson 05b treats the
+gain as a hypothesis to measure, at the same number of training steps.  Two distortions:
 
 - an **elastic** distortion: a random displacement field (every pixel moves by a uniform random
   amount in x and y), smoothed by a Gaussian of width ``sigma`` so neighbouring pixels move

@@ -7,8 +7,10 @@
 # enough to check the formula: the checker compares with the same constants.
 
 # %% tags=["nbval-ignore-output"]
+import torch
+
 import distlab
-from distlab.course import exercises
+from distlab.course import exercises, exercises_evaluate
 from distlab.comm import cost_model, measure_costs
 from distlab.predict import traffic
 
@@ -36,11 +38,6 @@ assert exercises.allreduce_on_eight(answer, n_bytes, messages=6, alpha=alpha, be
 # computes the same accuracy and takes the same decision: none stops alone.
 
 # %%
-import torch
-
-from distlab.course import exercises_evaluate
-
-
 def accuracy_and_stop(worker, correct, total, target):
     counts = torch.tensor([float(correct), float(total)], dtype=torch.float64)
     worker.all_reduce(counts)                  # (all correct answers, all test samples), on every rank

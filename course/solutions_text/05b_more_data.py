@@ -5,9 +5,10 @@
 # checker as in the lesson: on 64 real held-out MNIST digits, against the library's distortion.
 
 # %% [markdown]
-# **The elastic distortion.** The raw field is the first 2 x 28 x 28 numbers; a 2-D Gaussian
-# separates, so smoothing is one matrix product on each side (`G @ field @ G.T`, rows of `G`
-# normalised so a constant field stays constant). Scaled by alpha it is a displacement in pixels;
+# **The elastic distortion.** The raw field is the first 2 x 28 x 28 numbers (the last 5 drive the
+# library's affine map, off in Simard's setting); a 2-D Gaussian separates, so smoothing is one
+# matrix product on each side (`G @ field @ G.T` with `G[i, j] = exp(-(i - j)^2 / (2 sigma^2))`,
+# rows normalised so a constant field stays constant). Scaled by alpha it is a displacement in pixels;
 # `F.grid_sample` reads where each output pixel points, in grid units of 2/28 per pixel, x first.
 # (The checker's line shows the largest difference: it depends on the machine's arithmetic.)
 
