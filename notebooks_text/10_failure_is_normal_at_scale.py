@@ -370,4 +370,25 @@ my_redone = ...
 exercises_failure.steps_redone(my_redone, reached=reached, resumed_from=resumed_from, measured=rank1.lost_steps)
 
 # %% [markdown]
+# **3. Build it: what a checkpoint holds.** Write `save(model, optimizer, step)`: return the dict a
+# restarted process resumes from. The library's loader puts `state["model"]` back with
+# `model.load_state_dict`, `state["optimizer"]` with `optimizer.load_state_dict`, and goes on from
+# step `state["step"]`; the dict is written and read back as a file is (`torch.save`, then
+# `torch.load(weights_only=True)`: data only, never code). **Predict:** the runs use SGD with
+# momentum; if you keep only the model, which step is the first to come out wrong? The checker trains
+# 8 steps on 2 real ranks without stopping, then again with a stop after step 4, your `save`, and a
+# restart from a fresh random model and an empty optimizer, and compares steps 5 to 8 with the run
+# that never stopped.
+
+# %%
+from distlab.course import exercises_checkpoint
+
+
+def save(model, optimizer, step):
+    ...   # return {...}: everything the restarted run needs to go on exactly
+
+
+exercises_checkpoint.checkpoint_contents(save)
+
+# %% [markdown]
 # **Previous:** [09 · From laptop to cluster](09_from_laptop_to_cluster.ipynb) · **Next:** [11 · What did you find? A knowledge check, and the answer for the insurance company](11_knowledge_check.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -7,7 +7,7 @@
 # %%
 import math
 
-from distlab.course import results as course_results, exercises_failure
+from distlab.course import results as course_results, exercises_checkpoint, exercises_failure
 
 # %% [markdown]
 # **1. How often to save?** Saving every `T` seconds wastes `30 / T` of the time; a failure,
@@ -36,3 +36,17 @@ if mine:
     my_redone = reached - resumed_from
     print(f"your run: rank 1 reached step {reached}, went back to step {resumed_from}: {my_redone} steps trained twice")
     assert exercises_failure.steps_redone(my_redone, reached=reached, resumed_from=resumed_from, measured=measured)
+
+# %% [markdown]
+# **3.** The parameters, the optimizer's state (here each parameter's momentum; Adam would add its two
+# moments and its step count) and the step to go on from. Without the optimizer's state the first
+# step after the restart (step 5) already differs: the velocity starts again at zero. The data needs
+# no more: the mini-batches are a function of the seed and the step. (A run with dropout would also
+# save the random generators, as the library's `Checkpointer` does.)
+
+# %%
+def save(model, optimizer, step):
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+
+
+assert exercises_checkpoint.checkpoint_contents(save)
