@@ -8,7 +8,7 @@
 # 1. checks what you took from lessons 01 to 10 (and 12, 13 if you took them) with short
 #    questions, several about **your own runs**: the checkers read what lessons 01, 04, 05, 08 and
 #    10 stored when you ran them (`distlab.course.results`, a small file in your home folder), so
-#    your right answers may differ from your neighbour's; the answer in section 15 also reads 05b;
+#    your right answers may differ from your neighbour's; the answer in section 16 also reads 05b;
 # 2. draws your measurements across the course in one figure;
 # 3. puts them together into the answer for the company.
 #
@@ -96,7 +96,7 @@ check.straggler_wait(my_wait, lesson04)
 #
 # Lesson 05 measured three regimes on 1 and 2 ranks (`worst`, `probe`, `best`: how much
 # arithmetic each step does per byte of gradient). Which one had the **highest median speed-up**
-# of 2 ranks over one process in your run? It need not be a gain (section 15 says which were). Where
+# of 2 ranks over one process in your run? It need not be a gain (section 16 says which were). Where
 # the verdict rule of lesson 01 cannot tell it from another regime over your repeats, the checker
 # accepts either.
 
@@ -221,7 +221,32 @@ my_fixes = {"the router sends most tokens to the same few experts": ...,
 check.expert_troubles(my_fixes)
 
 # %% [markdown]
-# ## 14. Your course in one picture
+# ## 14. Build it: the rule behind every verdict
+#
+# Every winner this course named came from lesson 01's rule. Write it: `my_verdict(a, b)` gets two
+# lists of independent runs, higher is better, and returns `"a"`, `"b"` or `None` (no clear
+# difference). At least 3 runs a side; the gap of the means must exceed the 99% interval
+# `t * SE`, with `SE = sqrt(s_a²/n_a + s_b²/n_b)` and Student's `t` at Welch's degrees of freedom
+# (`distlab.verdict.t_quantile(df)` gives it), and exceed the margin, 2% of the larger mean.
+# The checker asks your function about this sitting's runs (lesson 05's and 05b's repeats, as
+# logarithms) and about made-up runs that catch the usual mistakes, against `distlab.verdict`.
+
+# %%
+import math          # noqa: F401  (for your function)
+import statistics     # noqa: F401
+
+from distlab.course import exercises_verdict
+from distlab.verdict import t_quantile     # noqa: F401
+
+
+def my_verdict(a, b):
+    ...   # "a", "b" or None
+
+
+exercises_verdict.verdict_rule(my_verdict, stored)
+
+# %% [markdown]
+# ## 15. Your course in one picture
 #
 # Every panel is what one lesson stored when you ran it; a lesson you have not run says so.
 # Read it before the answer below: what did distributing change in the result, what did it cost,
@@ -234,7 +259,7 @@ from distlab.widgets.display import show
 show(course_figure(stored))
 
 # %% [markdown]
-# ## 15. The answer for the insurance company
+# ## 16. The answer for the insurance company
 #
 # Built from what **you** measured (each line says which lesson it comes from; a lesson you
 # did not run is named instead of a number):

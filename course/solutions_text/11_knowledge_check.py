@@ -6,9 +6,14 @@
 # from their outputs: run lessons 01 to 10 first.
 
 # %%
+import math
+import statistics
+
+from distlab.course import exercises_verdict
 from distlab.course import results as course_results
 from distlab.course import knowledge_check as check
 from distlab.predict import flops
+from distlab.verdict import t_quantile
 
 # %% [markdown]
 # **1.** Too much data for one worker's time: copies of the model on parts of the data. A model
@@ -149,3 +154,24 @@ assert check.long_line_split({"one block's weights and heads are too much work f
 assert check.expert_troubles({"the router sends most tokens to the same few experts": "balancing loss",
                               "each expert's buffer needs a size known before the tokens are routed": "capacity",
                               "the experts together hold more parameters than one rank can keep": "expert parallelism"})
+
+# %% [markdown]
+# **14. The verdict rule.** The standard error of each mean is `s/sqrt(n)`; the gap's is the root of
+# their squares' sum. Welch's degrees of freedom weigh the two sides' variances; with 3 runs a side
+# Student's t at 99% is several times the normal's 2.58, which is what keeps a lucky gap between
+# three runs from naming a winner. A zero gap, or one under 2% of the larger mean, is no answer.
+
+# %%
+def my_verdict(a, b):
+    if len(a) < 3 or len(b) < 3:
+        return None
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)     # squared standard errors
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb else len(a) + len(b) - 2
+    gap = ma - mb
+    if gap == 0 or abs(gap) <= t_quantile(df) * math.sqrt(va + vb) or abs(gap) <= 0.02 * max(abs(ma), abs(mb)):
+        return None
+    return "a" if gap > 0 else "b"
+
+
+assert exercises_verdict.verdict_rule(my_verdict, course_results.this_sitting())

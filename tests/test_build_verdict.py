@@ -1,0 +1,35 @@
+"""Issue 37: lesson 11's build-it checker (the verdict rule) against distlab.verdict, with planted mistakes."""
+import pytest
+from test_build import from_cell, solution_cell
+
+from distlab.course import exercises_verdict
+
+RIGHT = solution_cell("11_knowledge_check", "my_verdict")        # the stored solution
+SITTING = {"05": {"speedup_2_ranks_runs": {"worst": [0.61, 0.66, 0.64], "probe": [1.05, 1.21, 1.13],
+                                            "best": [0.97, 1.42, 1.14]}},
+           "05b": {"time_to_target": {"speedup_to_target": [0.53, 0.54, 0.73],
+                                      "probe_ceilings": [1.94, 1.85, 2.01]}}}
+
+
+def test_the_solution_agrees_with_the_library_on_every_case(capsys):
+    assert exercises_verdict.verdict_rule(from_cell(RIGHT, "my_verdict"), SITTING) is True
+    assert "4 pairs of this sitting's runs and 7 made up" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake,named", [
+    (RIGHT.replace("abs(gap) <= t_quantile(df) * math.sqrt(va + vb)",
+                   "abs(gap) <= t_quantile(df) * math.sqrt(va * len(a) + vb * len(b))"), "not with one run's sd"),
+    (RIGHT.replace("t_quantile(df)", "2.576"), "Student's t at Welch's degrees of freedom"),
+    (RIGHT.replace(" or abs(gap) <= 0.02 * max(abs(ma), abs(mb))", ""), "exceed the margin"),
+    (RIGHT.replace("if len(a) < 3 or len(b) < 3:", "if len(a) < 2 or len(b) < 2:"), "Below 3 runs a side"),
+    (RIGHT.replace('return "a" if gap > 0 else "b"', 'return "a"'), "return \"b\" when b's is higher"),
+])
+def test_planted_mistakes_are_named(capsys, mistake, named):
+    assert exercises_verdict.verdict_rule(from_cell(mistake, "my_verdict"), SITTING) is False
+    out = capsys.readouterr().out
+    assert named in out, out
+
+
+def test_the_placeholder_is_not_answered(capsys):
+    assert exercises_verdict.verdict_rule(from_cell("def my_verdict(a, b):\n    ...\n", "my_verdict"), {}) is None
+    assert "not answered yet" in capsys.readouterr().out
