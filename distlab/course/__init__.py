@@ -15,6 +15,11 @@
                          from rank 0 under Horovod, local SGD's average), run on real ranks
 - ``exercises_more_data``  lesson 05b's build-it checker: the learner's elastic distortion against the
                          library's, on real held-out digits
+- ``exercises_evaluate``  lesson 05's build-it checker: the test accuracy measured on shards and one
+                         decision to stop, on real ranks against one process's accuracy
+- ``exercises_checkpoint``  lesson 10's build-it checker: what a checkpoint holds, by a real restart on
+                         real ranks against the run that never stopped
+- ``exercises_verdict``  lesson 11's build-it checker: the verdict rule, against ``distlab.verdict``
 - ``exercises_ring``     lesson 03's build-it checker: the learner's ring all-reduce against
                          ``dist.all_reduce`` on real ranks, chunk by chunk
 - ``knowledge_check``    lesson 11: questions from the whole course, checked against the learner's runs
