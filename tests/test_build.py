@@ -19,6 +19,13 @@ def solution_cell(solution: str, name: str) -> str:
     return "\n".join(imports) + "\n\n\n" + ast.get_source_segment(text, found) + "\n"
 
 
+def checked(checker, text: str, name: str, capsys, *args, **kwargs):
+    """A checker's answer on function ``name`` of a cell's ``text``, and what it printed."""
+    capsys.readouterr()
+    answer = checker(from_cell(text, name), *args, **kwargs)
+    return answer, capsys.readouterr().out
+
+
 def from_cell(text: str, name: str):
     """A function as a notebook cell defines it: in __main__-like globals, its text in linecache."""
     filename = f"<ipython-input-{abs(hash(text))}>"

@@ -1,6 +1,6 @@
 """Issue 37: lesson 10's build-it checker (what a checkpoint holds), by a real restart on real ranks."""
 import pytest
-from test_build import from_cell, solution_cell
+from test_build import checked, solution_cell
 
 from distlab.course import exercises_checkpoint
 
@@ -8,8 +8,8 @@ RIGHT = solution_cell("10_failure_is_normal_at_scale", "save")     # the stored 
 
 
 def test_the_solution_resumes_exactly(capsys):
-    assert exercises_checkpoint.checkpoint_contents(from_cell(RIGHT, "save")) is True
-    out = capsys.readouterr().out
+    answer, out = checked(exercises_checkpoint.checkpoint_contents, RIGHT, "save", capsys)
+    assert answer is True, out
     assert "steps 5 to 8 came out as in the run that never stopped (keys kept: model, optimizer, step)" in out, out
 
 
@@ -22,12 +22,11 @@ def test_the_solution_resumes_exactly(capsys):
     (RIGHT.replace("model.state_dict()", "model"), "a checkpoint file could not hold what save returned"),
 ])
 def test_planted_mistakes_are_named(capsys, mistake, named):
-    assert exercises_checkpoint.checkpoint_contents(from_cell(mistake, "save")) is False
-    out = capsys.readouterr().out
-    assert named in out, out
+    answer, out = checked(exercises_checkpoint.checkpoint_contents, mistake, "save", capsys)
+    assert answer is False and named in out, out
 
 
 def test_the_placeholder_starts_nothing(capsys):
-    assert exercises_checkpoint.checkpoint_contents(from_cell("def save(model, optimizer, step):\n    ...\n",
-                                                              "save")) is None
-    assert "not answered yet" in capsys.readouterr().out
+    answer, out = checked(exercises_checkpoint.checkpoint_contents, "def save(model, optimizer, step):\n    ...\n",
+                          "save", capsys)
+    assert answer is None and "not answered yet" in out, out

@@ -1,19 +1,15 @@
 """Issue 37: lesson 05's build-it checker (accuracy on shards, one decision) on real ranks."""
 import pytest
-from test_build import from_cell, solution_cell
+from test_build import checked, solution_cell
 
 from distlab.course import exercises_evaluate
 
 RIGHT = solution_cell("05_does_distributing_pay", "accuracy_and_stop")     # the stored solution
 
 
-def said(capsys) -> str:
-    return capsys.readouterr().out
-
-
 def test_the_solution_gives_the_whole_test_sets_accuracy_on_every_rank(capsys):
-    assert exercises_evaluate.accuracy_on_shards(from_cell(RIGHT, "accuracy_and_stop")) is True
-    out = said(capsys)
+    answer, out = checked(exercises_evaluate.accuracy_on_shards, RIGHT, "accuracy_and_stop", capsys)
+    assert answer is True, out
     assert "correct. On 2 real ranks each evaluated only its shard (180 + 179 test samples)" in out, out
     assert "stop after step" in out, out
 
@@ -31,12 +27,11 @@ def test_the_solution_gives_the_whole_test_sets_accuracy_on_every_rank(capsys):
     (RIGHT.replace("accuracy >= target", "accuracy > target + 0.1"), "every rank said go on"),
 ])
 def test_planted_mistakes_are_named(capsys, mistake, named):
-    assert exercises_evaluate.accuracy_on_shards(from_cell(mistake, "accuracy_and_stop")) is False
-    out = said(capsys)
-    assert named in out, out
+    answer, out = checked(exercises_evaluate.accuracy_on_shards, mistake, "accuracy_and_stop", capsys)
+    assert answer is False and named in out, out
 
 
 def test_the_placeholder_starts_nothing(capsys):
     cell = "def accuracy_and_stop(worker, correct, total, target):\n    ...\n"
-    assert exercises_evaluate.accuracy_on_shards(from_cell(cell, "accuracy_and_stop")) is None
-    assert "not answered yet" in said(capsys)
+    answer, out = checked(exercises_evaluate.accuracy_on_shards, cell, "accuracy_and_stop", capsys)
+    assert answer is None and "not answered yet" in out, out

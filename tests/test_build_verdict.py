@@ -1,6 +1,6 @@
 """Issue 37: lesson 11's build-it checker (the verdict rule) against distlab.verdict, with planted mistakes."""
 import pytest
-from test_build import from_cell, solution_cell
+from test_build import checked, solution_cell
 
 from distlab.course import exercises_verdict
 
@@ -12,8 +12,8 @@ SITTING = {"05": {"speedup_2_ranks_runs": {"worst": [0.61, 0.66, 0.64], "probe":
 
 
 def test_the_solution_agrees_with_the_library_on_every_case(capsys):
-    assert exercises_verdict.verdict_rule(from_cell(RIGHT, "my_verdict"), SITTING) is True
-    assert "4 pairs of this sitting's runs and 7 made up" in capsys.readouterr().out
+    answer, out = checked(exercises_verdict.verdict_rule, RIGHT, "my_verdict", capsys, SITTING)
+    assert answer is True and "4 pairs of this sitting's runs and 7 made up" in out, out
 
 
 @pytest.mark.parametrize("mistake,named", [
@@ -25,11 +25,10 @@ def test_the_solution_agrees_with_the_library_on_every_case(capsys):
     (RIGHT.replace('return "a" if gap > 0 else "b"', 'return "a"'), "return \"b\" when b's is higher"),
 ])
 def test_planted_mistakes_are_named(capsys, mistake, named):
-    assert exercises_verdict.verdict_rule(from_cell(mistake, "my_verdict"), SITTING) is False
-    out = capsys.readouterr().out
-    assert named in out, out
+    answer, out = checked(exercises_verdict.verdict_rule, mistake, "my_verdict", capsys, SITTING)
+    assert answer is False and named in out, out
 
 
 def test_the_placeholder_is_not_answered(capsys):
-    assert exercises_verdict.verdict_rule(from_cell("def my_verdict(a, b):\n    ...\n", "my_verdict"), {}) is None
-    assert "not answered yet" in capsys.readouterr().out
+    answer, out = checked(exercises_verdict.verdict_rule, "def my_verdict(a, b):\n    ...\n", "my_verdict", capsys, {})
+    assert answer is None and "not answered yet" in out, out
