@@ -78,12 +78,14 @@ for workers in (1, 2, 3, 4):
 # $$
 #
 # so the average of the ranks' gradients *is* the gradient of the whole global batch (the
-# mini-batches must have equal size: padded shards, full mini-batches). If every rank starts
+# mini-batches must have equal size). If every rank starts
 # from the same parameters and applies the same averaged gradient, the copies stay identical and
 # together they take the steps of one process with batch $NB$, up to rounding. (It needs a loss
-# that is a mean over independent samples: BatchNorm's per-worker statistics would break it, hence
-# PyTorch's `SyncBatchNorm`.) In code, by hand (`AllReduceEachParameter` in
-# `distlab/data_parallel/gradient_sync.py`, through the one reducer in `distlab/train/reduce.py`):
+# that is a mean over independent samples: BatchNorm's per-worker statistics break it.)
+
+# %% [markdown]
+# In code, by hand (`AllReduceEachParameter` in `distlab/data_parallel/gradient_sync.py`, through
+# the one reducer in `distlab/train/reduce.py`):
 #
 # ```python
 # loss.backward()                            # this rank's gradient, from its own B samples
@@ -140,14 +142,18 @@ for step in sorted(by_hand[0].grads):
 #
 # `DistributedDataParallel` (DDP) does the averaging for you, usually faster: it groups gradients into
 # buckets (the first 1 MiB, then 25 MiB each) and all-reduces a bucket as soon as backward has
-# filled it, while backward goes on with the earlier layers. This MLP's whole gradient (about
-# 36 kB) fits in the first bucket, so here DDP sends **one** message, after backward: nothing to
-# overlap. The mathematics is the same, so the result must be too.
+# filled it, while backward goes on with the earlier layers. This MLP's whole gradient fits in the
+# first bucket (the next cell prints both), so here DDP sends **one** message, after backward:
+# nothing to overlap. The mathematics is the same, so the result must be too.
 
 # %% tags=["nbval-ignore-output"]
 ddp = distlab.launch(data_parallel.train, world_size=N, method="ddp", progress="auto", **config)
 
 # %%
+from distlab.predict import traffic
+
+print(f"the whole gradient: {traffic.gradient_bytes(config['model'], config['width']) / 1e3:.1f} kB; "
+      f"DDP's first bucket: {2 ** 20 / 1e3:.0f} kB")
 for name, records in (("by_hand", by_hand), ("ddp", ddp)):
     diff = max(distlab.max_param_difference(r.params, single.params) for r in records)
     print(f"{name:8s} final parameters vs one process: max diff <= 1e-6: {diff <= 1e-6}")
@@ -188,12 +194,12 @@ course_results.remember("01", world_size=N, max_param_difference=distlab.max_par
 # A seed's test accuracy is one **independent run**: its own start and data order. The steps of
 # one run are not independent (they share all of that). The spread of single runs (the standard
 # deviation *s* of the runs' values) stays the same however many runs you add; the uncertainty of
-# their **mean**, the standard error *s/√n*, shrinks. So the rule (`distlab/verdict.py`, used by every lesson from here on)
-# compares means: at least 3 runs a side, the gap larger than a confidence interval built from
-# the standard errors (Welch's), and larger than a **margin**, the smallest gap that matters
-# (a share of the larger mean). Otherwise it says **"no clear difference"**: the runs allow
-# either order, which is an answer, not a failure. More runs can then settle it; a rule built on
-# one run's spread never could. The next cell prints the rule's settings.
+# their **mean**, the standard error *s/√n*, shrinks. So the rule (`distlab/verdict.py`, used by
+# every lesson from here on) compares means: at least 3 runs a side, the gap larger than a
+# confidence interval built from the standard errors (Welch's), and larger than a **margin**, the
+# smallest gap that matters (a share of the larger mean). Otherwise it says **"no clear
+# difference"**: the runs allow either order. More runs can then settle it; a rule built on one
+# run's spread never could. The next cell prints the rule's settings.
 
 # %% [markdown]
 # **Predict:** over 8 seeds each, does batch 64 (the two workers together) clearly beat one
@@ -224,7 +230,8 @@ print(seed_verdict)
 # seeds *show* it; "no clear difference" means they cannot tell the two apart, not that the two
 # are equal. Note that this is a bigger batch per step, not more data: the training set is the
 # same 1,438 digits (more data is lesson 05b's question).
-#
+
+# %% [markdown]
 # The other side is time. Each rank computed on 32 digits per step instead of 64, but the
 # ranks also had to talk, and on a small machine they compete for the same cores. Lesson 05
 # measures properly, with repeated runs and this rule, whether N workers finish sooner; here, a

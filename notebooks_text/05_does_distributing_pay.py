@@ -315,13 +315,14 @@ if beta:
     print(f"per tensor, the bytes outweigh the latency above N alpha / beta = {2 * alpha / beta / 1e3:,.0f} kB (N = 2)")
 
 # %% [markdown]
-# At N = 2 Amdahl matches by construction (one point, one unknown); where *s* > 1 it describes
-# no real serial part, so it predicts nothing at N = 4 ("-"). The alpha-beta column at N = 2 is
-# a check, not a prediction: its communication was fitted to these very runs, and it leaves out
-# waiting (`wait_s`) altogether. The last lines split each regime's fitted all-reduce into its
-# two terms, beside one fused message (what DDP's one bucket sends for a small gradient): which
-# term is larger for the small gradients, and for *probe*'s? The model's other bet is that each rank's compute is one
-# process's compute / N. The next cell measures it: each rank's forward and backward time at 2
+# At N = 2 Amdahl matches by construction (one point, one unknown); where *s* > 1 it predicts
+# nothing at N = 4 ("-"). The alpha-beta column at N = 2 is
+# a check, not a prediction: its communication was fitted to these very runs; it leaves out
+# waiting (`wait_s`). The last lines split each regime's fitted all-reduce into its
+# two terms, beside one fused message (what DDP's one bucket sends for a small gradient): the
+# last word of each line says which term is larger (look at *probe*'s large gradient: the larger
+# the fitted alpha, the larger a gradient the messages rule). The model's other bet: each rank's
+# compute is one process's / N. The next cell measures it: each rank's forward and backward time at 2
 # ranks over one process's, repeat by repeat (ideal in strong scaling: 1/2), then redoes the
 # prediction with the compute the ranks really spent.
 
@@ -377,7 +378,8 @@ print(f"alpha: {idle_alpha * 1e6:.0f} us from an idle ping-pong, {alpha * 1e6:.0
 # cores with the machine's other work and pays a Python call per tensor; the fit puts that into
 # alpha. Waiting for the slower rank is not in it: `comm_s` starts at the last rank's arrival,
 # and the wait is counted apart (`wait_s`). The fitted alpha describes *this machine while it
-# trains*; the ping-pong's is closer to what ranks with a core (or a GPU) each would pay.
+# trains*; the ping-pong's is closer to what ranks with a core each would pay (a GPU's NCCL
+# latency is another measurement).
 # Section 7 uses both. Every fitted row has N = 2 and k = 6 tensors, so the fit cannot tell a
 # cost per round from one per call or per step: extrapolating to N = 8 assumes alpha is paid
 # per round (the ring's 2(N-1) rounds per tensor), which these runs cannot test.
@@ -550,14 +552,21 @@ def accuracy_and_stop(worker, correct, total, target):
 exercises_evaluate.accuracy_on_shards(accuracy_and_stop)
 
 # %% [markdown]
+# The answer to the prediction: the whole test set's accuracy is a ratio of two sums, so each rank
+# contributes its counts, not its ratio; the mean of the shards' ratios is off whenever the shards
+# differ in size and accuracy (here in the fifth decimal, enough to flip a decision at the target).
+# A rank that stops alone never reaches the next all-reduce, so the others wait there until the
+# timeout: the decision must come from numbers every rank shares.
+
+# %% [markdown]
 # ## What to tell the insurance company
 #
 # * A second **rank** pays only when each step's compute is large against its all-reduce:
-#   *alpha* per message round times the rounds, plus bytes over bandwidth. Small gradients are
-#   ruled by the messages (section 4 printed the split), so fused messages (DDP's buckets) help
-#   them; large ones by the bytes, where FLOPs per byte of gradient is the measure. Necessary,
-#   not enough: each rank's compute must really shrink (section 4); section 3 printed which
-#   regimes, if any, clearly gained here.
+#   *alpha* per message round times the rounds, plus bytes over bandwidth. Section 4 printed which
+#   term was larger here, regime by regime; the model says fewer, fused messages (DDP's buckets)
+#   cut the first, and that FLOPs per byte of gradient rule once the bytes do (neither is
+#   measured here). Necessary, not enough: each rank's compute must
+#   really shrink (section 4); section 3 printed which regimes, if any, clearly gained here.
 # * One process with more **threads** uses one machine's cores with no communication to write
 #   or debug; section 2's verdicts say whether it was faster here. Distribute when one machine is
 #   not enough.

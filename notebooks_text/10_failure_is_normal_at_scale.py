@@ -47,7 +47,7 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 # ## 1. Why failure is normal
 #
 # Say one machine fails, on average, once every few years: a disk, a memory error, a GPU that
-# falls off the bus, a kernel update, a network switch. A job on `n` machines stops when *any*
+# falls off the bus, a power supply, a network switch. A job on `n` machines stops when *any*
 # of them fails, so it sees `n` times as many failures. The numbers below are **assumptions**
 # for you to change, not measurements: the arithmetic is the point.
 
@@ -93,7 +93,7 @@ long_run = run_config.RunConfig.parse({
     "checkpoint": {"every": 100}, "logging": {"dir": os.path.join(WORK, "runs"), "name": "long"}})
 long_run.save(path)
 run_dir = run.run_dir(long_run)
-print(open(path).read().split("parallel:")[0])    # the model and training sections
+print(open(path).read().replace(WORK, "WORK"))    # every section, the new settings among them
 
 # %% [markdown]
 # Every rank writes one line per step to `metrics_<rank>.jsonl` in the run's folder: its
@@ -109,8 +109,9 @@ watch = monitor(run_dir)               # follows the files until the job ends; t
 watch                                  # shown here, redrawn while the job runs
 
 # %% [markdown]
-# **Predict.** In a moment we kill rank 1 with `SIGKILL`, as the out-of-memory killer or a lost
-# machine would: no warning, no clean-up. What does rank 0 do, waiting for rank 1 in the next
+# **Predict.** In a moment we kill rank 1 with `SIGKILL`, as the out-of-memory killer would: no
+# warning, no clean-up. (A lost *machine* also takes its torchrun agent with it; surviving that
+# needs elastic rendezvous across nodes, `--nnodes=MIN:MAX`.) What does rank 0 do, waiting for rank 1 in the next
 # all-reduce? What does torchrun do? From which step does training continue, and is anything lost?
 #
 # We wait until both ranks are past step 310, ten steps after the checkpoint of step 300, read
@@ -127,11 +128,12 @@ print(f"killed rank 1 (pid {victim.pid}); when we looked, its file said step {vi
 # %% [markdown]
 # ## 3. The job comes back
 #
-# Rank 0's all-reduce fails at once (its peer's connection closed). torchrun's agent sees a
-# worker die, stops the others, and, with a restart left, starts **every** rank again: a new
-# *life* of the same job. Each new rank finds the newest checkpoint that every rank finished
-# saving, loads it, and carries on from there. The monitor above shows it as a dotted line: the
-# steps after that checkpoint were lost and are trained again.
+# Rank 0's first life ends one of two ways, whichever comes first: its all-reduce fails on the
+# closed connection, or torchrun's agent, which checks its workers every `--monitor-interval`,
+# sees rank 1 dead and stops it. With a restart left, the agent then starts **every** rank again: a new *life*
+# of the same job. Each new rank finds the newest checkpoint that every rank finished saving,
+# loads it, and carries on from there. The monitor, drawn again below, shows it as a dotted line:
+# the steps after that checkpoint were lost and are trained again.
 
 # %%
 code = job.wait(timeout=300)
@@ -152,15 +154,17 @@ watch
 
 # %% tags=["nbval-ignore-output"]
 rank1 = final.ranks[1]
-lives = [json.loads(line) for line in open(os.path.join(run_dir, "metrics_1.jsonl")) if '"start"' in line]
-back = lives[-1]["time"] - killed_at
-reached, resumed_from = rank1.resumed_from + rank1.lost_steps, rank1.resumed_from   # from its metrics file
+events = [json.loads(line) for line in open(os.path.join(run_dir, "metrics_1.jsonl"))]
+lives = [i for i, e in enumerate(events) if e["event"] == "start"]
+reached = max(e["step"] for e in events[lives[0]:lives[1]] if e["event"] == "step")   # its first life's last step
+resumed_from = events[lives[1]]["resumed_from"]                                        # its second life's start
+back = events[lives[1]]["time"] - killed_at
 assert reached >= victim.step
 later = f" ({reached - victim.step} more after we looked: it trained on while the kill was on its way)"
-print(f"rank 1's file: it reached step {reached} before it died{later if reached > victim.step else ''}, "
-      f"went back to step {resumed_from}: {rank1.lost_steps} steps trained twice")
-print(f"{back:.1f} s from the kill to the new rank 1 starting (torchrun noticed, stopped rank 0, "
-      "started both again, and each imported PyTorch)")
+print(f"rank 1's file: its first life's last step was {reached}{later if reached > victim.step else ''}; "
+      f"its second life started from the checkpoint of step {resumed_from}")
+print(f"{back:.1f} s from the kill to the new rank 1's start line (one run on a shared machine: torchrun "
+      "noticed, stopped rank 0, started both again; each imported PyTorch, joined the group and read the checkpoint)")
 
 # %% [markdown]
 # **The check that matters.** Did the job end where it would have without the failure? We train
@@ -208,10 +212,12 @@ print("what rank 0 saved:", sorted(state))
 print("optimizer state of the first weight:", sorted(state["optimizer"]["state"][0]))
 
 # %% [markdown]
-# A checkpoint file is a pickle, and unpickling can run any code the file's author chose. So
-# checkpoints are loaded with `torch.load(..., weights_only=True)`, which accepts tensors,
-# numbers and strings only, after checking the file's SHA-256. A damaged file is refused with a
-# clear error instead of training on garbage:
+# `torch.save` writes a zip archive holding a pickle and the tensors' bytes, and unpickling can run
+# any code the file's author chose. So checkpoints are loaded with `torch.load(...,
+# weights_only=True)` (PyTorch's default since 2.6), which accepts tensors, numbers, strings,
+# containers and a few allow-listed types only, after checking the file's SHA-256 (which shows the
+# file is whole, not who wrote it). A damaged file is refused with a clear error instead of
+# training on garbage:
 
 # %%
 damaged = os.path.join(WORK, "damaged")
@@ -253,7 +259,8 @@ distlab.shutdown()          # the warm ranks hold memory; the runs below start t
 # collective timeout fires; the launcher names the rank that never answered), an interrupt of
 # the kernel (every rank stopped within seconds), and the launcher itself killed. In each case
 # no process is left behind and the last good checkpoint is still there.
-#
+
+# %% [markdown]
 # ## 6. Monitoring tools
 #
 # The same metrics files, read in a terminal (`distlab monitor` follows a running job; `--once`
@@ -277,8 +284,9 @@ print(sorted(os.listdir(os.path.join(run_dir, "tensorboard"))))
 #
 # Horovod records its own **timeline** when asked (`logging.horovod_timeline: true`): for every
 # gradient, when the ranks agreed it was ready (`NEGOTIATE_ALLREDUCE`: time spent here is time
-# spent waiting for the slowest rank), when it was packed into the fusion buffer, and how long
-# the transfer (`GLOO_ALLREDUCE`) took. Rank 0 writes it as a Chrome trace, which we read and
+# spent waiting for the slowest rank), when several tensors were copied into the fusion buffer to
+# travel together (`MEMCPY_IN_FUSION_BUFFER`, if this run had any: the cell prints the phases it
+# recorded), and how long the transfer (`GLOO_ALLREDUCE`) took. Rank 0 writes it as a Chrome trace, which we read and
 # draw below (`chrome://tracing` or ui.perfetto.dev open the same file, zoomable).
 
 # %%
@@ -290,7 +298,7 @@ run_config.RunConfig.parse({
 hvd_run = subprocess.run([sys.executable, "-m", "distlab.cli", "run", hvd_path], capture_output=True, text=True)
 trace = os.path.join(WORK, "runs", "horovod", "horovod_timeline.json")
 phases = horovod_timeline.phase_totals(horovod_timeline.read_timeline(trace))
-print("phases recorded:", ", ".join(p for p in ("NEGOTIATE_ALLREDUCE", "ALLREDUCE", "GLOO_ALLREDUCE") if p in phases))
+print("phases recorded (times, total ms):", ", ".join(f"{p} ({n}, {ms:.1f} ms)" for p, (n, ms) in phases.items()))
 
 # %% [markdown]
 # **Predict**, then look: one panel per round (the broadcast of the starting parameters, then
@@ -303,6 +311,13 @@ print("phases recorded:", ", ".join(p for p in ("NEGOTIATE_ALLREDUCE", "ALLREDUC
 show(timeline_figure(trace))
 
 # %% [markdown]
+# How to read it: compare the vermillion and green bars of each round. Negotiation is where a
+# rank waits for the last one to be ready, so it is longest in the first round, where the ranks
+# arrive from starts seconds apart. Once the response cache knows the tensors, later rounds skip
+# the negotiation phase, so their waiting for a slow rank no longer shows as vermillion: it hides
+# inside the transfer's start.
+
+# %% [markdown]
 # Horovod also has an **elastic** mode, which keeps the *survivors* running instead of
 # restarting everyone: the training state lives in an `hvd.elastic.TorchState` and
 # `state.commit()` copies it in memory every few steps; when a worker dies, the others' next
@@ -310,15 +325,17 @@ show(timeline_figure(trace))
 # carries on.
 
 # %% [markdown]
-# It works with this Gloo build, with one catch on a single machine: Horovod blames
+# Elastic mode needs Gloo (Horovod's MPI mode cannot change its workers), and on a single machine
+# it has one catch: Horovod blames
 # a failure on the worker's whole **host** and blacklists it, and when every host is blacklisted
 # it stops the job (Horovod 0.28.1, `runner/elastic/registration.py`). So a machine listed once
 # (`localhost:2`) cannot survive anything. `distlab.data_parallel.horovod_elastic` lists this machine
-# twice, as `localhost` and `127.0.0.1`, one worker each; losing one leaves the other. Its
-# mini-batches do not depend on the number of workers (each takes a slice of the same global
-# batch), so the survivor trains on the same data. The test `tests/test_horovod_elastic.py` kills
-# a worker mid-training with this command and compares the survivor's parameters with an
-# uninterrupted run:
+# twice, as `localhost` and `127.0.0.1`, one worker each; losing one leaves the other. Each
+# worker takes a slice of the same global batch, so the survivor trains on the same data. The test `tests/test_horovod_elastic.py` runs
+# this command (80 steps, a commit every 10, a worker killed at step 35, so the survivor goes back
+# to the commit of step 30) and compares the survivor's parameters with an uninterrupted run; this
+# lesson only prints the command. A commit lives in memory: if every worker dies, it is gone, so
+# Horovod advises saving to disk as well.
 
 # %%
 line = " ".join(horovod_elastic.command(os.path.join(WORK, "elastic"), 80, fault_step=35))
@@ -336,8 +353,9 @@ print(line.replace(sys.executable, "python").replace(WORK, "WORK").replace(os.pa
 #   steps after its last checkpoint.
 
 # %% [markdown]
-# - Horovod's elastic mode keeps the survivors going from an in-memory commit instead; it blames
-#   a failure on a whole host, so it needs two hosts (here: this machine under two names).
+# - Horovod's elastic mode is built to keep the survivors going from an in-memory commit instead
+#   (the test suite checks it here); it blames a failure on a whole host, so it needs two hosts
+#   (here: this machine under two names).
 # - A job is watched from outside, through the files its ranks write: the monitor widget,
 #   `distlab monitor`, TensorBoard, Horovod's timeline.
 # - For the insurance company: a long run on many machines will see failures; with checkpoints
@@ -357,9 +375,10 @@ my_interval = ...        # seconds between checkpoints
 exercises_failure.checkpoint_interval(my_interval, save_seconds=30, hours_between_failures=20)
 
 # %% [markdown]
-# **2. What did your failure cost?** Your rank 1 had reached step `reached` (printed below) when
-# it was killed, and the job resumed from the checkpoint of step `resumed_from`. How many steps
-# did the job train twice? (The checker compares with what the monitor measured in your run.)
+# **2. What did your failure cost?** Your rank 1's first life ended at step `reached` (steps done,
+# read from its metrics file above), and its second life started from the checkpoint of step
+# `resumed_from`. How many steps did the job train twice? (The checker compares with what the
+# monitor counted in your run.)
 
 # %% tags=["nbval-ignore-output"]
 print("reached:", reached, " resumed_from:", resumed_from)     # section 3's numbers, from rank 1's file
@@ -374,11 +393,13 @@ exercises_failure.steps_redone(my_redone, reached=reached, resumed_from=resumed_
 # restarted process resumes from. The library's loader puts `state["model"]` back with
 # `model.load_state_dict`, `state["optimizer"]` with `optimizer.load_state_dict`, and goes on from
 # step `state["step"]`; the dict is written and read back as a file is (`torch.save`, then
-# `torch.load(weights_only=True)`: data only, never code). **Predict:** the runs use SGD with
-# momentum; if you keep only the model, which step is the first to come out wrong? The checker trains
-# 8 steps on 2 real ranks without stopping, then again with a stop after step 4, your `save`, and a
-# restart from a fresh random model and an empty optimizer, and compares steps 5 to 8 with the run
-# that never stopped.
+# `torch.load(weights_only=True)`: data only, never code); `step` counts the steps done.
+# **Predict:** the runs use SGD with momentum; if you keep the model and the step but not the
+# optimizer, which step is the first to come out wrong? The checker trains 8 steps on 2 real ranks
+# without stopping, then again with a stop after step 4, your `save`, and a restart (in the same
+# processes) from a fresh random model and an empty optimizer, and compares steps 5 to 8 with the
+# run that never stopped. This model draws no random numbers, so the generators' state is not
+# checked here.
 
 # %%
 from distlab.course import exercises_checkpoint
@@ -389,6 +410,16 @@ def save(model, optimizer, step):
 
 
 exercises_checkpoint.checkpoint_contents(save)
+
+# %% [markdown]
+# **Read more:** Young 1974, "A first order approximation to the optimum checkpoint interval"
+# (CACM 17(9)) and Daly 2006, "A higher order estimate of the optimum checkpoint interval for
+# restart dumps" (FGCS 22) for exercise 1's rule (first order: good while saving is much shorter
+# than the time between failures); PyTorch's
+# [torchrun and elastic agents](https://docs.pytorch.org/docs/stable/elastic/run.html),
+# [`torch.load`'s weights_only](https://docs.pytorch.org/docs/stable/generated/torch.load.html),
+# Horovod's [timeline](https://horovod.readthedocs.io/en/stable/timeline_include.html) and
+# [elastic](https://horovod.readthedocs.io/en/stable/elastic_include.html) pages.
 
 # %% [markdown]
 # **Previous:** [09 · From laptop to cluster](09_from_laptop_to_cluster.ipynb) · **Next:** [11 · What did you find? A knowledge check, and the answer for the insurance company](11_knowledge_check.ipynb) · [The course: map, glossary, solutions](../course/README.md)

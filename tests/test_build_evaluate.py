@@ -14,6 +14,14 @@ def test_the_solution_gives_the_whole_test_sets_accuracy_on_every_rank(capsys):
     assert "stop after step" in out, out
 
 
+def test_an_answer_divided_in_float32_counts(capsys):
+    """The second review of issue 37: the natural tensor of default dtype is float32; its rounding is no mistake."""
+    float32 = RIGHT.replace("dtype=torch.float64", "dtype=torch.float32")
+    assert float32 != RIGHT
+    answer, out = checked(exercises_evaluate.accuracy_on_shards, float32, "accuracy_and_stop", capsys)
+    assert answer is True, out
+
+
 @pytest.mark.parametrize("mistake,named", [
     # the mean of the ranks' accuracies: shards of 180 and 179 make it differ from the whole set's
     (RIGHT.replace("torch.tensor([float(correct), float(total)]", "torch.tensor([correct / total, 1.0]"),

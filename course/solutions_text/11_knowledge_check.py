@@ -159,17 +159,17 @@ assert check.expert_troubles({"the router sends most tokens to the same few expe
 # **14. The verdict rule.** The standard error of each mean is `s/sqrt(n)`; the gap's is the root of
 # their squares' sum. Welch's degrees of freedom weigh the two sides' variances; with 3 runs a side
 # Student's t at 99% is several times the normal's 2.58, which is what keeps a lucky gap between
-# three runs from naming a winner. A zero gap, or one under 2% of the larger mean, is no answer.
+# three runs from naming a winner. A zero gap, or one under the margin, is no answer.
 
 # %%
-def my_verdict(a, b):
+def my_verdict(a, b, margin):
     if len(a) < 3 or len(b) < 3:
         return None
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)     # squared standard errors
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb else len(a) + len(b) - 2
     gap = ma - mb
-    if gap == 0 or abs(gap) <= t_quantile(df) * math.sqrt(va + vb) or abs(gap) <= 0.02 * max(abs(ma), abs(mb)):
+    if gap == 0 or abs(gap) <= t_quantile(df) * math.sqrt(va + vb) or abs(gap) <= margin:
         return None
     return "a" if gap > 0 else "b"
 

@@ -12,8 +12,20 @@ import math
 import torch
 
 
+def words(text: str) -> str:
+    """Lesson 00: a typed answer as the checkers compare it: lower case, hyphens and spaces alike."""
+    return " ".join(text.lower().replace("-", " ").replace("_", " ").split())
+
+
+def _canonical(answer, synonyms: dict | None):
+    """Lesson 11: another name for the same answer ("data parallelism" for "data") becomes the answer."""
+    if synonyms and isinstance(answer, str):
+        return synonyms.get(words(answer), answer)
+    return answer
+
+
 def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",
-          tolerance: float = 0.0) -> bool | None:
+          tolerance: float = 0.0, synonyms: dict | None = None) -> bool | None:
     """Lesson 00: compare ``answer`` with ``expected`` and say so.
 
     ``hints`` pairs typical wrong answers with what they suggest went wrong (a dict or a list
@@ -23,6 +35,7 @@ def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",
     if answer is ...:
         print(f"{exercise}: not answered yet. Replace the ... with your answer and run the cell again.")
         return None
+    answer = _canonical(answer, synonyms)
     if same(answer, expected, tolerance):
         print(f"{exercise}: correct.")
         return True
@@ -34,8 +47,10 @@ def check(exercise: str, answer, expected, *, hints=(), otherwise: str = "",
     return False
 
 
-def check_each(exercise: str, answers: dict, expected: dict, hints: dict[str, str]) -> bool | None:
-    """Lesson 01: ``check`` for answers with several parts (a dict); says which parts are wrong."""
+def check_each(exercise: str, answers: dict, expected: dict, hints: dict[str, str],
+               synonyms: dict | None = None) -> bool | None:
+    """Lesson 01: ``check`` for answers with several parts (a dict); says which parts are wrong.
+    An expected part may be a tuple: any of its answers is right."""
     if answers is not ... and not isinstance(answers, dict):
         print(f"{exercise}: not quite: answer with a dict, one entry for each of: {', '.join(expected)}.")
         return False
@@ -43,7 +58,8 @@ def check_each(exercise: str, answers: dict, expected: dict, hints: dict[str, st
         missing = list(expected) if answers is ... else [k for k in expected if answers.get(k, ...) is ...]
         print(f"{exercise}: not answered yet ({', '.join(missing)}). Replace each ... with your answer.")
         return None
-    wrong = [k for k in expected if not same(answers[k], expected[k], 0.0)]
+    wrong = [k for k in expected if not any(same(_canonical(answers[k], synonyms), e, 0.0) for e in
+                                            (expected[k] if isinstance(expected[k], tuple) else (expected[k],)))]
     if not wrong:
         print(f"{exercise}: correct.")
         return True
@@ -75,5 +91,5 @@ def same(answer, expected, tolerance: float) -> bool:
             return int(answer) == int(expected)
         return math.isclose(float(answer), float(expected), rel_tol=tolerance or 1e-9)
     if isinstance(expected, str) and isinstance(answer, str):
-        return answer.lower().split() == expected.lower().split()
+        return words(answer) == words(expected)
     return type(answer) is type(expected) and answer == expected

@@ -14,6 +14,7 @@ import contextlib
 import io
 import os
 import shlex
+import sys
 import tempfile
 
 from .checking import check
@@ -111,10 +112,13 @@ def distlab_job(answer, config_text: str, *, target: str = "azureml", config_fil
                 code = cli.main(w[1:])
             except SystemExit as stop:            # argparse refused the words: it said why on stderr
                 args, code = None, stop.code or 2
+            except OSError as problem:            # e.g. -o into a folder that does not exist
+                print(f"distlab job: {problem}", file=sys.stderr)
+                code = 1
         wrote = (args is not None and code == 0 and args.target == target
                  and os.path.normpath(args.config) == os.path.normpath(config_file))
-        job = out.getvalue() + "".join(open(f).read() for f in os.listdir(".") if f != config_file
-                                       and os.path.isfile(f))
+        output = getattr(args, "output", None) if args is not None else None
+        job = out.getvalue() + (open(output).read() if wrote and output and os.path.isfile(output) else "")
     wrong_image = wrote and image is not None and image not in job
     said = (err.getvalue().strip() or "distlab could not read that command").splitlines()[-1]
     hint = (f"distlab said: {said}" if code != 0 else
