@@ -94,7 +94,7 @@ def test_an_allowed_phrase_hides_only_itself():
 def test_the_allow_list_is_short_and_gives_reasons():
     assert len(prose_check.ALLOWED) <= 30, "the allow-list is for a few theory constants, not for measurements"
     for where, phrase, reason in prose_check.ALLOWED:
-        assert (Path(ROOT) / where).exists(), where
+        assert where == prose_check.ANY or (Path(ROOT) / where).exists(), where
         assert phrase.strip() and len(reason) > 10, (where, phrase)
 
 
