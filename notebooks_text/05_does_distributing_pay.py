@@ -137,7 +137,7 @@ for name in REGIMES:
     print(f"{name:>6}: you guessed {guess}, measured {measured[name]:.2f}")
 
 
-# %%
+# %% tags=["nbval-ignore-output"]
 from distlab.course import results as course_results
 
 ranges = {name: [r["speedup_lo"], r["speedup_hi"]] for name, cfg in REGIMES.items() for r in table

@@ -181,7 +181,7 @@ assert difference <= 1e-6
 # %% tags=["nbval-ignore-output"]
 print(f"largest difference: {difference:.3g}")   # 0 here: the same sums in the same order
 
-# %%
+# %% tags=["nbval-ignore-output"]
 from distlab.course import results as course_results
 
 course_results.remember("10", steps_redone=rank1.lost_steps, resumed_from=resumed_from, reached=reached,
@@ -289,7 +289,7 @@ print(sorted(os.listdir(os.path.join(run_dir, "tensorboard"))))
 # recorded), and how long the transfer (`GLOO_ALLREDUCE`) took. Rank 0 writes it as a Chrome trace, which we read and
 # draw below (`chrome://tracing` or ui.perfetto.dev open the same file, zoomable).
 
-# %%
+# %% tags=["nbval-ignore-output"]
 hvd_path = os.path.join(WORK, "horovod.yaml")
 run_config.RunConfig.parse({
     "training": {"steps": 3, "global_batch_size": 64}, "parallel": {"method": "ddp"},
