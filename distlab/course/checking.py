@@ -12,7 +12,7 @@ import math
 import torch
 
 
-def words(text: str) -> str:
+def plain(text: str) -> str:
     """Lesson 00: a typed answer as the checkers compare it: lower case, hyphens and spaces alike."""
     return " ".join(text.lower().replace("-", " ").replace("_", " ").split())
 
@@ -20,7 +20,7 @@ def words(text: str) -> str:
 def _canonical(answer, synonyms: dict | None):
     """Lesson 11: another name for the same answer ("data parallelism" for "data") becomes the answer."""
     if synonyms and isinstance(answer, str):
-        return synonyms.get(words(answer), answer)
+        return synonyms.get(plain(answer), answer)
     return answer
 
 
@@ -91,5 +91,5 @@ def same(answer, expected, tolerance: float) -> bool:
             return int(answer) == int(expected)
         return math.isclose(float(answer), float(expected), rel_tol=tolerance or 1e-9)
     if isinstance(expected, str) and isinstance(answer, str):
-        return words(answer) == words(expected)
+        return plain(answer) == plain(expected)
     return type(answer) is type(expected) and answer == expected

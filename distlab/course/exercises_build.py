@@ -30,13 +30,22 @@ SETTINGS = dict(model="mlp", width=16, lr=0.5, seed=0, dtype="float32")
 BATCH = 32             # per rank
 
 
-def _run(worker, strategy, steps: int, *, record_grads: bool = False):
-    """The library's loop on this rank with ``strategy``; the rank's record."""
-    run = start(worker, method="by_hand", config=dict(SETTINGS, batch_size=BATCH, steps=steps), **SETTINGS)
-    n = run.data.n_train
-    return train_steps(run, strategy, steps,
-                       lambda step: rank_batch(n, worker.rank, worker.world_size, BATCH, step, seed=SETTINGS["seed"]),
-                       record_grads_at=range(steps) if record_grads else ())
+def begin(worker, steps: int, *, settings: dict = SETTINGS, batch: int = BATCH):
+    """Lesson 01: a build-it exercise's run on this rank: its data, its model from the seed, its optimizer."""
+    return start(worker, method="by_hand", config=dict(settings, batch_size=batch, steps=steps), **settings)
+
+
+def train_for(worker, strategy, steps: int, *, settings: dict = SETTINGS, batch: int = BATCH, first: int = 0,
+              run=None, record_grads: bool = False):
+    """Lesson 01: ``steps`` steps of the library's loop on this rank with ``strategy``, from step ``first``
+    (the mini-batches are a function of the seed and the step), on ``run`` or a new one: (run, record).
+    Every build-it checker that trains (lessons 01, 02, 04, 05, 10) trains through here."""
+    run = run or begin(worker, steps, settings=settings, batch=batch)
+    n, seed = run.data.n_train, settings["seed"]
+    record = train_steps(run, strategy, steps,
+                         lambda step: rank_batch(n, worker.rank, worker.world_size, batch, first + step, seed=seed),
+                         record_grads_at=range(steps) if record_grads else ())
+    return run, record
 
 
 class YourAverage(AllReduceEachParameter):
@@ -99,17 +108,17 @@ class Traced(LocalSGD):
 
 def average_task(worker, fn, steps: int):
     """Lesson 01: on each rank, ``steps`` steps with the learner's gradient average."""
-    return _run(worker, YourAverage(worker, fn), steps, record_grads=True)
+    return train_for(worker, YourAverage(worker, fn), steps, record_grads=True)[1]
 
 
 def start_task(worker, fn, steps: int):
     """Lesson 02: on each rank, the learner's start, then ``steps`` steps of the library's average."""
-    return _run(worker, YourStart(worker, fn), steps)
+    return train_for(worker, YourStart(worker, fn), steps)[1]
 
 
 def local_sgd_task(worker, fn, steps: int, k: int):
     """Lesson 04: local SGD with the learner's parameter average, then with the library's, in one launch."""
-    return [_run(worker, Traced(worker, k, steps, average), steps) for average in (fn, None)]
+    return [train_for(worker, Traced(worker, k, steps, average), steps)[1] for average in (fn, None)]
 
 
 def _say(exercise: str, report, hint: str) -> bool:

@@ -24,12 +24,11 @@ import io
 
 import torch
 
-from ..data import rank_batch
 from ..data_parallel.gradient_sync import AllReduceEachParameter
 from ..stepwise import compare, snapshot
-from ..train.loop import start, train_steps
 from ..train.reduce import GradientReducer
 from . import build
+from .exercises_build import begin, train_for
 
 EXERCISE = "Build it: what a checkpoint holds"
 SETTINGS = dict(model="mlp", width=16, lr=0.1, optimizer="momentum", seed=0, dtype="float32")
@@ -64,12 +63,9 @@ def resume(state: dict, model, optimizer) -> int:
 
 
 def _train(worker, steps: int, first: int = 0, run=None):
-    """``steps`` steps of this rank's run from step ``first`` (mini-batches are a function of the step)."""
-    run = run or start(worker, method="by_hand", config=dict(SETTINGS, batch_size=BATCH, steps=STEPS),
-                       **SETTINGS)
-    n, strategy, seed = run.data.n_train, Traced(worker), SETTINGS["seed"]
-    train_steps(run, strategy, steps,
-                lambda step: rank_batch(n, worker.rank, worker.world_size, BATCH, first + step, seed=seed))
+    """``steps`` steps of this rank's run from step ``first``: the run, and its parameters after every step."""
+    strategy = Traced(worker)
+    run, _ = train_for(worker, strategy, steps, settings=SETTINGS, batch=BATCH, first=first, run=run)
     return run, strategy.trace
 
 
@@ -87,8 +83,7 @@ def checkpoint_task(worker, fn, steps: int = STEPS, at: int = AT) -> dict:
         return dict(unloadable=f"{type(err).__name__}: {str(err).split('.')[0][:200]}")
     if not isinstance(state, dict):
         return dict(unloadable=f"save returned a {type(state).__name__}, not a dict")
-    restarted = start(worker, method="by_hand", config=dict(SETTINGS, batch_size=BATCH, steps=steps),
-                      **SETTINGS)
+    restarted = begin(worker, steps, settings=SETTINGS, batch=BATCH)
     with torch.no_grad():                 # a new process: its own random start, then the checkpoint
         g = torch.Generator().manual_seed(1000 + worker.rank)
         for p in restarted.model.parameters():

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import torch
 
-from ..data import rank_batch
 from ..data_parallel.gradient_sync import AllReduceEachParameter
-from ..train.loop import evaluate, start, train_steps
+from ..train.loop import evaluate
 from . import build
+from .exercises_build import train_for
 
 EXERCISE = "Build it: accuracy on shards, one decision"
 SETTINGS = dict(model="mlp", width=64, lr=0.1, optimizer="momentum", seed=0, dtype="float32")
@@ -76,12 +76,8 @@ class EvaluatedOnShards(AllReduceEachParameter):
 
 def evaluate_task(worker, fn, steps: int = STEPS, every: int = EVERY, target: float = TARGET, **changed):
     """Lesson 05 (on each rank): the library's loop, with the learner's evaluation every ``every`` steps."""
-    settings = dict(SETTINGS, **changed)
-    run = start(worker, method="by_hand", config=dict(settings, batch_size=BATCH, steps=steps), **settings)
-    n = run.data.n_train
-    return train_steps(run, EvaluatedOnShards(worker, fn, every, target), steps,
-                       lambda step: rank_batch(n, worker.rank, worker.world_size, BATCH, step,
-                                               seed=SETTINGS["seed"]))
+    return train_for(worker, EvaluatedOnShards(worker, fn, every, target), steps,
+                     settings=dict(SETTINGS, **changed), batch=BATCH)[1]
 
 
 def _why(seen: dict, world_size: int) -> str | None:

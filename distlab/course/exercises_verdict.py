@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from ..verdict import MARGIN, verdict
+from ..verdict import verdict
 
 EXERCISE = "Build it: the verdict rule"
 
@@ -56,11 +56,10 @@ def sitting_cases(stored: dict) -> list[tuple[str, list, list]]:
 
 def asked(a, b, log: bool) -> tuple[list, list, float, str | None, object]:
     """Lesson 11: what the learner's function is given for one case, and the library's verdict on it."""
-    said = verdict(a, b, names=("a", "b"), better="higher", log=log)
+    said = verdict(a, b, names=("a", "b"), better="higher", log=log)     # its margin in the values' own unit
     if log:
-        return [math.log(x) for x in a], [math.log(x) for x in b], math.log1p(MARGIN), said.winner, said
-    margin = MARGIN * max(abs(sum(a) / len(a)), abs(sum(b) / len(b)))
-    return list(a), list(b), margin, said.winner, said
+        return [math.log(x) for x in a], [math.log(x) for x in b], said.margin, said.winner, said
+    return list(a), list(b), said.margin, said.winner, said
 
 
 def verdict_rule(fn, stored: dict | None = None) -> bool | None:
