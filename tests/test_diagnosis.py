@@ -33,6 +33,10 @@ def test_blame_a_killed_rank_then_the_earliest_error_then_the_silent_one():
     errors = [error(1, 5.0, message="connection reset by peer"), error(0, 6.0)]
     killed = D.killed_by({0: -signal.SIGTERM, 1: 1, 2: -signal.SIGKILL}, errors)
     assert killed == {2: "SIGKILL"}                     # SIGTERM is the launcher stopping survivors
+    # torchrun collected rank 2 before the watcher could: its log is the only witness left
+    log = "failed (exitcode: -9) local_rank: 2 (pid: 42)\nfailed (exitcode: -15) local_rank: 3 (pid: 43)"
+    assert D.killed_by({0: -signal.SIGTERM}, [], log) == {2: "SIGKILL"}
+    assert D.killed_by({0: -signal.SIGTERM, 2: 1}, [], log) == {}      # the codes, when there, win
     assert D.blame(errors, killed)[:2] == (2, "it was killed by SIGKILL (out of memory, or killed by hand?)")
     assert D.blame(errors, {}) == (1, "RuntimeError: connection reset by peer", "trace 1")
     timeouts = [error(0, 5.0, message="Timed out waiting 5000ms for recv")]

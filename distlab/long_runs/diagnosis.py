@@ -45,12 +45,20 @@ def read_errors(folder: str, job: int | None = None) -> list[dict]:
     return sorted(errors, key=lambda e: e.get("time", 0))
 
 
-def killed_by(exit_codes: dict[int, int], errors: list[dict]) -> dict[int, str]:
+def killed_by(exit_codes: dict[int, int], errors: list[dict], log: str = "") -> dict[int, str]:
     """Ranks killed by a signal, by name, from their exit codes (negative: the signal), leaving out
-    the SIGTERM a launcher sends to the survivors and any rank that wrote an error first."""
+    the SIGTERM a launcher sends to the survivors and any rank that wrote an error first.
+
+    A rank missing from ``exit_codes`` is looked up in the launcher's ``log``: the watcher that
+    writes the codes (``torch_backend.record_exits``) and torchrun both wait for a rank's end, and
+    when torchrun collects a dead rank first the watcher learns nothing; without torchrun's own
+    ``failed (exitcode: -9) local_rank: 1`` line, the SIGTERM'd survivor would be blamed."""
     spoke = {e.get("rank") for e in errors}
-    return {rank: SIGNALS.get(-code, str(code)) for rank, code in sorted(exit_codes.items())
-            if code < 0 and code != -signal.SIGTERM and rank not in spoke}
+    killed = {rank: SIGNALS.get(-code, str(code)) for rank, code in exit_codes.items()
+              if code < 0 and code != -signal.SIGTERM and rank not in spoke}
+    killed.update({rank: name for rank, name in killed_in_log(log).items()
+                   if rank not in exit_codes and rank not in spoke and name != "SIGTERM"})
+    return dict(sorted(killed.items()))
 
 
 def killed_in_log(log: str, first_rank: int = 0) -> dict[int, str]:

@@ -197,7 +197,7 @@ def _failure(pool, grace: float = 10.0) -> WorkerError:
         return WorkerError(None, f"it was killed by {name} while the ranks trained; every rank was stopped "
                            "with it", log=log)
     errors, exits = diagnosis.read_errors(pool.dir), job.exit_codes()
-    rank, why, trace = diagnosis.blame(errors, diagnosis.killed_by(exits, errors),
+    rank, why, trace = diagnosis.blame(errors, diagnosis.killed_by(exits, errors, log),
                                        silent=lambda: _silent_ranks(pool, errors, exits))
     if why:
         return WorkerError(rank, why, trace, log=log)
