@@ -48,16 +48,19 @@ def _lesson05(ax, r):
     repeats = r.get("speedup_2_ranks_repeats", {})
     low = [v - repeats[n][0] if n in repeats else 0 for n, v in zip(names, values)]
     high = [repeats[n][1] - v if n in repeats else 0 for n, v in zip(names, values)]
-    ax.bar(names, values, yerr=[low, high], capsize=4, color=BLUE, label="speedup of 2 ranks (repeats)")
+    ax.bar(names, values, yerr=[low, high], capsize=4, color=BLUE,
+           label="speedup of 2 ranks (median; whiskers: range over repeats)")
     if "compute_ratio_2_ranks" in r:
         ratio = r["compute_ratio_2_ranks"]
         ax.plot(names, [ratio.get(n, float("nan")) for n in names], "D", color=PURPLE,
                 label="compute per rank, 2 ranks / 1 (ideal 0.5)")
     ax.set_ylabel("2 ranks / 1 process")
-    ax.axhline(1, color=GREY, lw=1)
-    ax.axhline(2, color=GREY, lw=1, ls="--")
+    ax.axhline(1, color=GREY, lw=1, label="break-even: 1")
+    ax.axhline(2, color=GREY, lw=1, ls="--", label="ideal speedup for 2 ranks: 2")
+    top = max([2.0] + [v + h for v, h in zip(values, high)])
+    ax.set_ylim(0, top * 1.6)                       # room above the bars for the legend
     ax.set_title("05: does a second rank pay?", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=6, loc="upper left")
 
 
 def _more_data(ax, rows):
@@ -69,6 +72,9 @@ def _more_data(ax, rows):
         ax.fill_between(xs, [row["low"] for row in mine], [row["high"] for row in mine],
                         color=colours.get(model, ORANGE), alpha=0.2)
     ax.set_xscale("log")
+    sizes = sorted({row["samples"] for row in rows})
+    ax.set_xticks(sizes, [f"{n:,}" for n in sizes], fontsize=7, rotation=30)
+    ax.minorticks_off()                             # log-scale minor labels overlap the sizes
     ax.set_xlabel("training samples")
     ax.set_ylabel("test accuracy (seeds: range)")
     ax.set_title("05b: more data, more accuracy?", fontsize=10)
