@@ -6,7 +6,7 @@ bases each GOAL on the median):
 - ``pipeline_bubble_ratio_<schedule>_m<m>``: the bubble measured on 2 stages (from the passes
   each rank recorded, ``schedules.bubble(pipeline.timeline(...))``, median over the measured
   steps) over the textbook's ``(p - 1) / (m + p - 1)``, for GPipe and 1F1B at m = 1, 2, 4, 8.
-  Goal within 0.75..1.25.  Messages and uneven stages only add to the measured bubble.
+  Goal within 0.75..1.25.  Messages and uneven stages are expected to add to the measured bubble.
 - ``pipeline_speedup_2stages``: samples/s of a 2-stage 1F1B pipeline at m = 8 over one process
   training the same model (the same code with one stage), alternating; each rank one core.
   Goal >= 1.5 (the bubble alone caps it at 2 x 8/9 = 1.78).  Next to it, the machine's own

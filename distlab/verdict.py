@@ -21,9 +21,10 @@ because their noise multiplies: a busy moment slows a long step by as large a sh
 add runs, the uncertainty of their mean does, as ``s / sqrt(n)``; so more runs can settle a
 question, and the verdict says how many it used.
 
-Two identical configurations give "no clear difference" on any machine: identical seeded runs give
-identical numbers (gap 0), and noisy timings need a gap beyond both the 99% interval and the
-margin.  ``tests/test_verdict.py`` checks both, and that a real, large difference names its winner.
+Two identical configurations give "no clear difference": always for identical seeded runs (gap 0),
+and almost always for noisy timings, where a false winner needs a gap beyond both the 99% interval
+and the margin (rare, not impossible).  ``tests/test_verdict.py`` checks both, and that a real,
+large difference names its winner.
 """
 from __future__ import annotations
 

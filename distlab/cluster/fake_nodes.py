@@ -140,7 +140,7 @@ def run_config(nodes: Nodes, config, folder: str, timeout: float = 300) -> tuple
 
     data = config.model_dump()
     data["launch"].update(nodes=2, hosts=list(nodes.addresses))
-    configs, runs = [], []
+    configs, runs, started = [], [], time.time()     # both nodes timed from their start
     for node in range(2):
         data["logging"]["dir"] = os.path.join(folder, f"node{node}")
         mine = RunConfig.parse(data)
@@ -150,19 +150,20 @@ def run_config(nodes: Nodes, config, folder: str, timeout: float = 300) -> tuple
         configs.append(mine)
         runs.append(subprocess.Popen(nodes.command(node, ["env", *[f"{k}={v}" for k, v in env.items()], *cmd]),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    started, outputs = time.time(), []
+    outputs = []
     try:
         outputs = [p.communicate(timeout=timeout)[0] for p in runs]
     finally:
         for p in runs:
             if p.poll() is None:
                 p.kill()
+    seconds = time.time() - started    # once: node 0's report must not add to node 1's time
     for node, (p, mine) in enumerate(zip(runs, configs)):
         log = os.path.join(folder, f"node{node}.log")
         with open(log, "w") as f:
             f.write(outputs[node])
         said = io.StringIO()
-        if _report(mine, run_dir(mine), p.returncode, time.time() - started, log, said):
+        if _report(mine, run_dir(mine), p.returncode, seconds, log, said):
             raise RuntimeError(f"node {node} failed:\n{said.getvalue()[-3000:]}")
         outputs[node] = said.getvalue()
     found = [r for c in configs for r in records(c)]

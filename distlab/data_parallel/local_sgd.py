@@ -4,8 +4,9 @@ Introduced in lesson 04 ("Keeping workers in sync").  Synchronous SGD all-reduce
 every mini-batch; asynchronous SGD never waits but trains on stale parameters.  Two ways
 to communicate less often while staying synchronous:
 
-- **gradient accumulation** (``average="gradients"``): each rank adds up the gradients
-  of k micro-batches, *then* all-reduces once and takes one step.  Exactly one step at a
+- **gradient accumulation** (``average="gradients"``): each rank averages the gradients
+  of k micro-batches (each backward adds 1/k of its gradient into ``.grad``), *then*
+  all-reduces once and takes one step.  Exactly one step at a
   k times larger batch, for 1/k of the all-reduces; the price is k times fewer updates.
 - **local SGD** (``average="parameters"``): each rank takes k ordinary SGD steps on its
   own, then the ranks average their *parameters*.  As many updates as synchronous SGD, 1/k
@@ -31,12 +32,12 @@ AVERAGES = ("gradients", "parameters")
 
 
 class Accumulate(AllReduceEachParameter):
-    """Lesson 04: add up the gradients of k micro-batches, then all-reduce once and update once."""
+    """Lesson 04: average the gradients of k micro-batches, then all-reduce once and update once."""
 
     def __init__(self, worker, k: int, steps: int):
         super().__init__(worker)
         self.k, self.steps = k, steps
-        self.accumulate = k                  # the loop adds up the gradients of k micro-batches
+        self.accumulate = k                  # the loop averages the gradients of k micro-batches
 
     def talks(self, step: int) -> bool:
         return (step + 1) % self.k == 0 or step + 1 == self.steps

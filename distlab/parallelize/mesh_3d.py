@@ -1,8 +1,8 @@
 """3D parallelism in miniature: the ranks as a grid of data x pipeline x tensor.
 
 Introduced in lesson 07 ("Tensor and 3D parallelism").  Large models combine the three
-ways of splitting the work (DeepSpeed and Megatron-LM call it 3D parallelism): ``tensor``
-ranks share each layer's matrices, ``pipeline`` ranks hold consecutive stages, and
+ways of splitting the work (DeepSpeed calls it 3D parallelism; Megatron-LM's paper, Narayanan
+et al. 2021, PTD-P): ``tensor`` ranks share each layer's matrices, ``pipeline`` ranks hold consecutive stages, and
 ``data`` replicas of the whole arrangement train on different slices of the batch.  The whole
 topology is one reshaped list of ranks::
 

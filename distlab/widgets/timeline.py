@@ -228,10 +228,10 @@ def convergence_figure(sync_records, server, x: str = "samples"):
     if x not in X_AXES:
         raise ValueError(f"x must be one of {sorted(X_AXES)}, got {x!r}")
     runs = [(f"synchronous: {len(sync_records)} ranks, all-reduce "
-             f"(test accuracy {sync_records[0].test_accuracy:.2f})", curve_sync(sync_records),
+             f"(one run: test accuracy {sync_records[0].test_accuracy:.2f})", curve_sync(sync_records),
              METHOD_COLOURS.get(sync_records[0].method, METHOD_COLOURS["by_hand"])),
             (f"asynchronous: {server.config['workers']} workers + server "
-             f"(test accuracy {server.test_accuracy:.2f})", curve_async(server), METHOD_COLOURS["async"])]
+             f"(one run: test accuracy {server.test_accuracy:.2f})", curve_async(server), METHOD_COLOURS["async"])]
     fig = Figure(figsize=(WIDTH, 3.2), layout="constrained")
     for i, metric in enumerate(("loss", "accuracy")):
         ax = fig.add_subplot(1, 2, i + 1)

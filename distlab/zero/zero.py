@@ -26,9 +26,11 @@ the optimizer state is 1/N.  The stages differ in what they free:
 * **stage 2, overlapped** (``OverlappedStage2``, ``train(overlap=True)``): the optimised
   version, as DeepSpeed and FSDP do it.  Each parameter is sharded on its own (its numbers cut
   into N equal pieces, padded), and the moment backward has made a parameter's gradient, a hook
-  starts its reduce-scatter *asynchronously* and drops the full gradient: the communication
-  runs while backward computes the layers before it, and the full gradients never all exist at
-  once.  Same numbers as the naive version, one collective per parameter instead of one;
+  starts its reduce-scatter *asynchronously* and drops the parameter's ``.grad``: the
+  communication runs while backward computes the layers before it.  The padded copy each
+  reduce-scatter reads stays alive until ``communicate`` waits for it after backward, so this
+  version buys overlap, not a lower peak (freeing each copy early would need a wait inside the
+  hook).  Same numbers as the naive version, one collective per parameter instead of one;
 * **stage 3** (the parameters too) is PyTorch's FSDP2 (``fsdp.py``) and DeepSpeed's stage 3
   (``deepspeed_zero.py``): it gathers each layer's parameters just before it is used.
 
