@@ -188,7 +188,7 @@ def test_the_verdict_is_computed_from_the_measurement():
     picked = MC.model_pick([r for r in rows if "predicted" in r])
     assert "tree lower: a clear difference" in said
     if {"tree", "parameter_server"} <= set(picked):
-        assert "nothing to test here" in said
+        assert "the tie disagrees" in said
     else:
         assert ("agrees" if picked == ["tree"] else "disagrees") in said
     # the same two algorithms, repeats that allow either order: no winner, nothing to agree with
@@ -203,17 +203,21 @@ def _two_ranks(fastest: str) -> list[dict]:
     return _repeats({a: {1000: [1e-3 * (i + 1)] * 3} for i, a in enumerate(order)}, 2)
 
 
-def test_a_predicted_tie_is_reported_as_a_tie_not_as_agreement():
+def test_a_predicted_tie_is_tested_as_a_tie():
     """At N = 2 naive, parameter server and tree send the same two messages: the model ties them,
-    so whichever the stopwatch puts first tests nothing."""
+    so a clear winner among them contradicts the tie, and no clear difference leaves it standing."""
     link = A.Link(alpha=1e-4, beta=1e-9, gamma=1e-10, lanes=1)
     runs = _two_ranks("tree")
     rows = MC.compare(runs[0], link)
     assert MC.model_pick([r for r in rows if "predicted" in r]) == ["naive", "parameter_server", "tree"]
     said = MC.verdict(runs, rows)
     assert "tree lower: a clear difference" in said
-    assert "the model predicts a tie between naive, parameter_server, tree: nothing to test here" in said
+    assert ("the model predicts a tie between naive, parameter_server, tree, but the stopwatch separates "
+            "tree and parameter_server: the tie disagrees") in said
     assert ": agrees" not in said and ": disagrees" not in said
+    even = _repeats({a: {1000: [1e-3] * 3} for a in ("tree", "parameter_server", "naive", "ring")}, 2,
+                    spread=(1.0, 1.3, 0.8))
+    assert "tree: not contradicted" in MC.verdict(even, rows)
 
 
 def test_the_verdict_says_disagrees_when_the_measured_winner_is_not_among_the_model_s_picks():

@@ -177,8 +177,10 @@ def verdict(measurements: list[dict], rows: list[dict], tolerance: float = TIE) 
     ``measurements`` are independent repeats (separate launches of ``measure``), one number each per
     algorithm and size: that launch's median.  The winner is named only by the course's one rule
     (``distlab.verdict``, on ratios) between the fastest and the runner-up over those repeats;
-    otherwise "no clear difference".  When the model predicts a tie it cannot be tested at that
-    size: it neither agrees nor disagrees.  ``rows`` (``compare``) hold the model's predictions.
+    otherwise "no clear difference".  A tie the model predicts is a prediction too: a clear winner
+    between two of its members contradicts it.  The pair is chosen by its means before the rule is
+    applied, so with many algorithms a false winner is somewhat likelier than the rule's nominal 1%.
+    ``rows`` (``compare``) hold the model's predictions.
     """
     from ..verdict import verdict as rule
 
@@ -193,8 +195,11 @@ def verdict(measurements: list[dict], rows: list[dict], tolerance: float = TIE) 
         said = rule(runs[order[0]], runs[order[1]], names=order[:2], better="lower", log=True, digits=3,
                     unit=" ms")
         picked = model_pick(mine, tolerance)
-        if len(picked) > 1 and set(order[:2]) <= set(picked):
-            model = f"the model predicts a tie between {', '.join(picked)}: nothing to test here"
+        if len(picked) > 1 and set(order[:2]) <= set(picked) and said.winner is None:
+            model = f"the model predicts a tie between {', '.join(picked)}: not contradicted"
+        elif len(picked) > 1 and set(order[:2]) <= set(picked):
+            model = (f"the model predicts a tie between {', '.join(picked)}, but the stopwatch "
+                     f"separates {order[0]} and {order[1]}: the tie disagrees")
         elif said.winner is None:
             model = f"the model picked {', '.join(picked)}; the stopwatch names no winner to check it against"
         elif said.winner not in picked:

@@ -4,8 +4,10 @@ on these ranks.
 Introduced in lesson 12 (long lines: splitting the heads and the sequence), after the ring written
 by hand.  PyTorch's version shards the buffers it is given along the sequence (in place, and with a
 head-tail load balancer: zig-zag by another name) and, inside the ``with`` block, replaces
-``F.scaled_dot_product_attention`` by a ring attention over DTensors.  Its ring is written for
-the fused attention kernels of GPUs (flash, memory-efficient, cuDNN); on a CPU, attention runs
+``F.scaled_dot_product_attention`` by an attention over DTensors that merges the pieces block by
+block.  By default (``set_rotate_method("allgather")``) every rank first gathers all the K and V
+pieces at once; ``set_rotate_method("alltoall")`` passes them hop by hop, as a ring.  It is
+written for the fused attention kernels of GPUs (flash, memory-efficient, cuDNN); on a CPU, attention runs
 ``aten._scaled_dot_product_flash_attention_for_cpu``, for which the experimental module registers
 no rule, so the call stops with ``NotImplementedError`` (PyTorch 2.13).  ``attempt`` runs it for real
 and returns what happened, the result against the plain kernel on the whole line, or the exact error.

@@ -117,8 +117,9 @@ def identical_at_two(answer, link: alpha_beta.Link, numel: int = 1_000) -> bool 
     expected = {a for a, t in times.items() if math.isclose(t, times["naive"], rel_tol=1e-9)}
     return check("identical on 2 ranks", set(answer) if isinstance(answer, (list, tuple)) else answer,
                  expected, hints=[
-                     (set(collectives.ALGORITHMS), "the ring cuts the tensor into N chunks and its two "
-                      "ranks send at the same time: on one lane those messages take turns."),
+                     (set(collectives.ALGORITHMS), "the ring cuts the tensor into N chunks: on 2 ranks it sends "
+                      "four half-tensor messages and adds only half a tensor, so the model prices it "
+                      "differently on any link."),
                      ({"naive", "parameter_server"}, "draw the tree for 2 ranks: how many levels has it?")],
                  otherwise="on 2 ranks, who sends what to whom? Look at the schedules for N = 2.")
 
