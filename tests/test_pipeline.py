@@ -301,3 +301,14 @@ def test_the_compute_ceiling_runs_ranks_that_never_talk(monkeypatch):
     (alone,), together = launches[0][-1], launches[1][-1]
     assert len(together) == 2 and all(t > 0 for t in (alone, *together))
     assert ratio == 2 * alone / max(together)
+
+
+def test_unequal_chunks_cost_interleaving_its_promise():
+    """Lesson 06: with a cost per virtual stage, the simulation prices a real, uneven cut; equal costs
+    given per stage give the textbook's bubble, and lesson 06's uneven four chunks give a larger one."""
+    ops = schedules.schedule("interleaved", 2, 4, 2)
+    equal = schedules.simulate(ops, forward=[0.5] * 4, backward=[1.0] * 4)
+    assert schedules.bubble(equal) == pytest.approx(bubbles.bubble_fraction(2, 4, 2))
+    work = [32_768, 262_144, 262_144, 5_120]                 # lesson 06's chunks, multiply-adds a sample
+    uneven = schedules.simulate(ops, forward=work, backward=[2 * w for w in work])
+    assert schedules.bubble(uneven) > bubbles.bubble_fraction(2, 4, 2) + 0.05

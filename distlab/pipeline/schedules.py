@@ -158,9 +158,13 @@ def held_activations(ops: list[Op]) -> int:
     return peak
 
 
-def simulate(ops_per_stage: list[list[Op]], forward: float = 1.0, backward: float = 2.0) -> list[list[dict]]:
+def simulate(ops_per_stage: list[list[Op]], forward=1.0, backward=2.0) -> list[list[dict]]:
     """Lesson 06: when would every pass start and end, if a forward of one chunk took
     ``forward`` and a backward ``backward`` seconds and messages were free?
+
+    ``forward`` and ``backward`` are one number for every chunk (the textbook's equal chunks) or
+    one per virtual stage (``chunk * p + stage``, the model's order): real cuts are seldom equal,
+    and interleaving's promise holds only for equal chunks.
 
     A pass waits for the stage to be free and for its input: the forward of the previous
     chunk in the model (on the stage before) or the backward of the next one (on the stage
@@ -186,7 +190,8 @@ def simulate(ops_per_stage: list[list[Op]], forward: float = 1.0, backward: floa
                 if need is not None and need not in done:
                     break
                 start = max(free[s], done[need] if need else 0.0)
-                end = start + (forward if op.kind == "F" else backward)
+                cost = forward if op.kind == "F" else backward
+                end = start + (cost if isinstance(cost, (int, float)) else cost[virtual])
                 done[(op.kind, op.micro, virtual)] = free[s] = end
                 timeline[s].append({"op": op, "start": start, "end": end})
                 nxt[s] += 1
