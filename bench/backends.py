@@ -30,7 +30,8 @@ from scripts.goals import goal
 WORLD_SIZE = 2
 # A step with enough computation for distributing to be worth it on 2 cores (lesson 05's
 # regime: wide model, batch ~1k).  With a tiny model Horovod's fixed costs per step (its
-# background thread's cycle and negotiation) dominate instead: lesson 02 shows that case.
+# background thread's cycle and negotiation) dominate instead (lesson 02 bounds what the cycle
+# can explain; the rest is not timed apart).
 WORKLOAD = dict(method="ddp", model="mlp", width=1024, global_batch_size=1024, steps=60,
                 lr=0.05, seed=0, record_grads_at=())
 SKIP = 10          # warm-up steps left out of the throughput

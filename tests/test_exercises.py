@@ -38,6 +38,7 @@ STORED = {"01": {"world_size": 2, "max_param_difference": 3.6e-7},
 CASES = {
     "00 digits per rank": (ex.digits_per_rank, dict(digits=DIGITS), 719, 898, "held back"),
     "00 whole training set": (ex.digits_per_rank, dict(digits=DIGITS), 719, 1438, "whole training set"),
+    "00 what 5 steps used": (ex.digits_per_rank, dict(digits=DIGITS, used=160), 719, 160, "steps used"),
     "01 averaged gradient": (ex.averaged_gradient, dict(local_gradients=LOCAL, expected=AVERAGE),
                              AVERAGE.clone(), LOCAL[0] + LOCAL[1], "sum"),
     "01 averaged over weights": (ex.averaged_gradient, dict(local_gradients=LOCAL, expected=AVERAGE),

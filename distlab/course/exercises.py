@@ -29,14 +29,20 @@ from .checking import check, check_each
 
 
 # --- lesson 00 --------------------------------------------------------------------------------
-def digits_per_rank(answer, digits, world_size: int = 2) -> bool | None:
-    """Lesson 00: how many training digits each of ``world_size`` ranks trains on."""
+def digits_per_rank(answer, digits, world_size: int = 2, used: int | None = None) -> bool | None:
+    """Lesson 00: how many training digits are in the shard of each of ``world_size`` ranks.
+
+    ``used``: the digits a short run's steps drew on one rank (steps x per-rank batch), a common
+    wrong answer: the shard is what a rank may draw from in an epoch, not what a few steps used."""
     n_all = digits.n_train + len(digits.y_test)
     held_back = "the test digits are held back: split only the training digits (digits.n_train)."
-    return check("digits per rank", answer, math.ceil(digits.n_train / world_size), hints={
-        digits.n_train: f"that is the whole training set; the {world_size} ranks share it.",
-        n_all // world_size: held_back, math.ceil(n_all / world_size): held_back},
-        otherwise="divide digits.n_train between the ranks.")
+    hints = {digits.n_train: f"that is the whole training set; the {world_size} ranks share it.",
+             n_all // world_size: held_back, math.ceil(n_all / world_size): held_back}
+    if used is not None:
+        hints.setdefault(used, "that is what the short run's steps used (steps x the batch on a rank); "
+                               "the shard is all a rank may draw from in one epoch.")
+    return check("digits per rank", answer, math.ceil(digits.n_train / world_size), hints=hints,
+                 otherwise="divide digits.n_train between the ranks.")
 
 
 # --- lesson 01 --------------------------------------------------------------------------------

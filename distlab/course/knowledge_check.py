@@ -173,10 +173,11 @@ def expert_troubles(answers) -> bool | None:
                 "the experts together hold more parameters than one rank can keep": "expert parallelism"}
     return check_each("troubles with experts", answers, expected, hints={
         "the router sends most tokens to the same few experts": "a capacity only drops the requests past it; a "
-        "loss that is smallest when the experts share the tokens evenly teaches the router to spread them "
-        "(lesson 13, section 4)",
+        "loss that is smallest when the experts share the tokens evenly pushes the router to spread them "
+        "(Switch Transformer, eq. 4; lesson 13, section 4 tests it)",
         "each expert's buffer needs a size known before the tokens are routed": "cap each expert's requests at "
-        "factor x tokens x k / experts, rounded up, and drop the rest (lesson 13, section 2)",
+        "factor x tokens x k / experts, rounded up, drop the rest and pad to it, as GShard and Switch do "
+        "(lesson 13, section 2; the course's ranks exchange counts instead)",
         "the experts together hold more parameters than one rank can keep": "keep each expert on one rank and "
         "send every token to its experts' ranks with all-to-all (lesson 13, section 3)"})
 

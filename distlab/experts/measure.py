@@ -8,8 +8,8 @@ records the ranks handed back (``training.train``); nothing here runs a model.
   and twice backward, ``(n - 1) / n`` of them crossing to another rank if the router spreads the
   tokens evenly).
 * **balance**: the busiest expert's requests against the mean, step by step: 1 is perfect balance.
-* **the cost of imbalance**: every rank waits, in the combine, for the slowest expert rank; the
-  slowest rank's expert time against the mean is the share of the step the others spend waiting.
+* **the cost of imbalance**: the slowest rank's expert time over the mean (1: even) says how
+  unevenly the work falls; the ranks that sent it requests wait for it in the combine.
 """
 from __future__ import annotations
 

@@ -11,8 +11,10 @@ Three things make it trainable and runnable, all written out here:
   k = 2 renormalised over the two, as GShard does), so the router learns through those weights;
 * **the capacity** (``predict.traffic.capacity``): each expert takes at most
   ``ceil(capacity_factor x tokens x k / E)`` tokens of a group; the rest are *dropped* (their MLP
-  output is zero, the residual carries them on).  A fixed capacity gives every expert, and later
-  every rank, a buffer of known size.  First choices are
+  output is zero, the residual carries them on).  GShard and Switch pad each expert's buffer
+  to the capacity, so that the all-to-all's sizes are fixed; this course's ranks exchange the
+  counts first (``expert_parallel``) and the capacity only limits what an expert takes.  First
+  choices are
   served before second choices, each in token order (Lepikhin et al. 2020, GShard, section 2.2);
 * **the balancing losses**: left alone, a router sends most tokens to the few experts that won early.
   Switch Transformer's auxiliary loss ``E x sum_e f_e P_e`` (Fedus et al. 2021, equation 4: ``f_e`` the

@@ -8,8 +8,9 @@ from the records of a run (``parallelize.trainer``; the numbers under them from 
 - ``matrix_player``: the all-to-all of one step as a rank-to-rank matrix of tokens (the diagonal
   never leaves its rank), replayed over training with a slider;
 - ``router_explorer``: a few test lines with each 2x2 patch coloured by the expert its router chose;
-- ``timeline_player``: one MoE layer's forward on every rank, part by part: the ranks whose experts
-  had less to do wait in the combine for the busiest.
+- ``timeline_player``: one MoE layer's forward on every rank, part by part: the ranks that sent
+  requests to the rank whose experts finish last wait for it in the combine; that rank itself may
+  end first.
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def matrix_figure(records, step: int, block: int) -> Figure:
     ax.set_xticks(range(n), [f"to {j}" for j in range(n)])
     ax.set_yticks(range(n), [f"from {i}" for i in range(n)])
     crossed = int(m.sum() - np.trace(m))
-    ax.set_title(f"step {step}: {crossed} of {int(m.sum())} tokens cross ranks", fontsize=9, loc="left")
+    ax.set_title(f"step {step}: {crossed} of {int(m.sum())} requests cross ranks", fontsize=9, loc="left")
     asked = measure.asked(records, step, block)
     bars.bar(range(len(asked)), asked, color=EXPERT_COLOURS[:len(asked)])
     per_rank = len(asked) // n
@@ -107,7 +108,8 @@ def matrix_player(records) -> LiveFigure:
     play = W.Play(value=0, min=0, max=last, interval=700, description="play")
     W.jslink((play, "value"), (slider, "value"))
     return LiveFigure([slider, _block_buttons(records)], lambda s, b: matrix_figure(records, s, b),
-                      lambda s, b: f"step {s}, block {b}: tokens from rank i to rank j {measure.matrix(records, s, b)}",
+                      lambda s, b: (f"step {s}, block {b}: requests from rank i to rank j "
+                                    f"{measure.matrix(records, s, b)}"),
                       extra=[play], cache=True)
 
 
