@@ -158,6 +158,33 @@ def test_a_launcher_that_dies_takes_its_horovod_job_with_it(tmp_path, pid_dir):
     assert alive(family) == []
 
 
+def test_an_orphaned_driver_kills_its_ranks_itself_even_when_sigterm_stops_nothing(tmp_path):
+    """Lesson 02's sitting once left two warm Horovod ranks alive minutes after their kernel died: the
+    driver had SIGTERM'd itself, and Horovod's handler stopped nothing.  So an orphaned driver kills
+    its descendants itself.  Here the "driver" ignores SIGTERM and its two "ranks" live in sessions of
+    their own, as Horovod's middlemen do: only the driver's own kill can end them."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "import os, signal, subprocess, sys, threading, time\n"
+        "sys.path.insert(0, %r)\n"
+        "import horovod_driver\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "ranks = [subprocess.Popen(['sleep', '600'], start_new_session=True) for _ in range(2)]\n"
+        "print(os.getpid(), *(r.pid for r in ranks), flush=True)\n"
+        "threading.Thread(target=horovod_driver.stop_when_orphaned, args=(os.getppid(),), daemon=True).start()\n"
+        "time.sleep(600)\n" % os.path.join(ROOT, "distlab", "processes"))
+    kernel = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, %r])"
+                               % str(driver)], stdout=subprocess.PIPE, text=True)
+    family = [int(pid) for pid in kernel.stdout.readline().split()]
+    assert len(alive(family)) == 3
+    kernel.kill()
+    kernel.wait()
+    deadline = time.time() + 30
+    while alive(family) and time.time() < deadline:
+        time.sleep(0.2)
+    assert alive(family) == []
+
+
 # ---- the lesson's picture (reads records only) ---------------------------------------------------
 def _records(backend, method, step_ms):
     """Two ranks' records with made-up step times: rank 1 is the slower one at every step."""

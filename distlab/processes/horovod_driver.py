@@ -18,7 +18,6 @@ results) listen on 127.0.0.1 only: nothing outside this machine takes part in a 
 job (``horovodrun_local.listen_on_loopback`` says why and how).
 """
 import os
-import signal
 import sys
 import threading
 import time
@@ -33,11 +32,25 @@ def run_rank(run_dir: str) -> dict:
 
 
 def stop_when_orphaned(parent_pid: int) -> None:
-    """If the launcher dies (a notebook kernel restarted), stop: SIGTERM ourselves, and
-    Horovod's handler for it stops every rank."""
+    """If the launcher dies (a notebook kernel killed or restarted), stop every rank, then ourselves.
+
+    Horovod's own SIGTERM handler stops ranks that are running a job, but not ranks idling in a warm
+    pool between jobs: two of them once outlived their kernel by minutes, each spinning at about
+    40% of a core and slowing every lesson after.  So every descendant of this driver (Horovod's
+    middlemen, the shells, the ranks) is killed first; nothing is left to save, the launcher that
+    would have read the results is gone."""
     while os.getppid() == parent_pid:
         time.sleep(0.5)
-    os.kill(os.getpid(), signal.SIGTERM)
+    import psutil                                   # only on this path: the driver starts light
+
+    family = psutil.Process().children(recursive=True)
+    for p in family:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(family, timeout=5)
+    os._exit(1)
 
 
 def main() -> int:
