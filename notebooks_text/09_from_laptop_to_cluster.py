@@ -14,8 +14,8 @@
 # 3. explain what torchrun does on **several nodes**: the rendezvous, global and local ranks;
 # 4. run a job on **two nodes for real** (two network namespaces on this machine), check that it
 #    trains exactly like one node, and see the three launches side by side;
-# 5. time the all-reduce **inside a node** and **between nodes**, and say what a real
-#    cluster's links add;
+# 5. time the all-reduce **inside a node** and **between nodes**, set it against lesson 03's
+#    alpha-beta model, and say what a real cluster's links add;
 # 6. turn your config into an **Azure ML**, **Vertex AI**, **SLURM** and **Kubernetes** job, with
 #    an image the cloud can pull.
 
@@ -26,13 +26,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 import yaml
 
 import distlab
 from distlab.cluster import config as run_config
 from distlab.cluster import fake_nodes, job_files, run
+from distlab.comm import cost_model, measure_costs
 from distlab.data_parallel import data_parallel
+from distlab.predict import alpha_beta
 
 WORK = tempfile.mkdtemp(prefix="distlab-lesson09-")      # this lesson's configs and run folders
 
@@ -117,13 +120,14 @@ assert terminal.returncode == 0 and gap == 0.0
 # %% [markdown]
 # ## 3. Several nodes: what torchrun does
 #
-# On one node torchrun starts `--nproc-per-node` processes and gives each three numbers: its
-# **local rank** (which GPU of this node), its **global rank** and the **world size**. On several
-# nodes the same torchrun command runs on *every* node, and they must first find each other:
-# the **rendezvous**. With `--rdzv-backend=c10d` the first node hosts a small key-value store at
-# `--rdzv-endpoint host:port`; every node's torchrun connects, they agree on who is in the job,
-# and global ranks are handed out node by node (node 0's ranks first). Then the ranks open
-# their own connections for the collectives.
+# On one node torchrun starts `--nproc-per-node` processes and tells each, in environment
+# variables, its **local rank** (which GPU of this node), its **global rank** and the **world
+# size**, among others (exercise 3 asks for five). On several nodes the same torchrun command
+# runs on *every* node, and they must first find each other: the **rendezvous**. With
+# `--rdzv-backend=c10d` the first node hosts a small key-value store at `--rdzv-endpoint host:port`;
+# every node's torchrun connects, they agree on who is in the job, the rendezvous gives each node
+# its **node rank** (the commands below carry none), and global ranks are handed out node by node
+# (node rank 0's first). Then the ranks open their own connections for the collectives.
 #
 # The commands `distlab run --node-rank N` starts on each node of a 2-node run:
 
@@ -190,11 +194,13 @@ import re
 
 
 def done_in(output: str) -> float:
-    """The seconds `distlab run` says it took, from its own start (after Python imported distlab)."""
+    """The seconds a run's report says torchrun took, from starting it to its exit (the `distlab run`
+    command's own Python start and import are not in it)."""
     return float(re.search(r"distlab run: done in ([0-9.]+) s", output).group(1))
 
 
-# like with like: each launcher counted from its own start, none from a new Python importing distlab
+# like with like: each launch counted from its launcher's start to its end; the start of the
+# `distlab run` command itself is in none of them (section 2 printed the terminal's wall time apart)
 runs = {"notebook": (in_notebook, notebook_wall), "terminal": (from_terminal, done_in(terminal.stdout))}
 if two_nodes is not None:
     runs["two nodes"] = (two_nodes, max(done_in(out) for out in outputs))
@@ -204,57 +210,104 @@ for name, (records, wall) in runs.items():
     print(f"{name:9s}: {wall:5.1f} s in all, {steps_s:5.2f} s of it in the {len(records[0].steps)} training steps")
 
 # %% [markdown]
-# The steps are a small part of every launch: a run of a few steps is mostly start-up, and a
-# cluster job pays it once per job, so real jobs train for hours, not seconds. Each bar counts
-# from its launcher's own start: `distlab.launch`'s call in the notebook, and the "done in" that
-# `distlab run` printed in the terminal and on each node (the slower node's), so none of them
-# includes a new Python importing distlab, which the terminal pays on top (its wall time was
-# printed in section 2's cell). One run of each on a shared machine: which launch spent longest
-# around its steps is the longest bar's grey part on this run, not a ranking.
+# The steps are a small part of every launch: a run of a few steps is mostly start-up. A job
+# that trains for hours pays that start-up once, so there it hardly counts.
+
+# %% [markdown]
+# Why the launches differ around the same steps: `distlab.launch` starts one Python that imports
+# PyTorch and distlab once and *forks* both ranks from it (lesson 00); torchrun from a terminal
+# starts every rank as a fresh Python that imports them itself; on two nodes each node's torchrun
+# does the same, and the two also meet at the rendezvous over the cable. Each bar runs from its
+# launcher's start to its end: `distlab.launch`'s call, and torchrun's start to its exit (the
+# "done in" of each report; on two nodes, the larger of the two). The start of the `distlab run`
+# command itself is in no bar. One run of each on a shared machine: which grey part is longest
+# is this run's reading, not a ranking.
 
 # %% [markdown]
 # ## 5. Inside a node, between nodes
 #
-# **Predict:** is the all-reduce between the two namespaces slower than inside one?
+# **Predict:** is the all-reduce between the two namespaces slower than inside one? And how
+# close does either come to what lesson 03's model says this machine can do?
 #
-# Here both are copies inside one machine's memory (the veth cable is the kernel moving bytes
-# through its network stack), so expect them to be close. Timing it needs care: a rank's time
-# in the all-reduce includes *waiting* for the other rank to arrive, and bytes over that span is
-# no bandwidth. The ranks of one machine share one clock, so the cell below also takes, for each
-# step, the time from the **last** rank's arrival to the **first** rank's departure: the
-# all-reduce alone (lesson 04 split each rank's time the same way). At N = 2 each rank sends
-# about the gradient's size, 2(N-1)/N times it.
+# On one node gloo's two ranks talk over TCP sockets through the kernel's loopback interface;
+# between the namespaces, over TCP sockets through the veth pair. Either way the kernel copies
+# the bytes within one machine's memory, on the same two cores, so expect them to be close.
+
+# %% [markdown]
+# Timing it needs care: a rank's time in the all-reduce includes *waiting* for the other rank to
+# arrive, and bytes over that span is no bandwidth. The ranks of one machine share one clock, so
+# the cell below also takes, for each step, the time from the **last** rank's arrival to the
+# **first** rank's departure: the all-reduce alone (lesson 04 split each rank's time the same
+# way). A ring rank sends 2(N-1)/N of the gradient: at N = 2, all of it.
 
 # %% tags=["nbval-ignore-output"]
 print(f"{sum(t.numel() for t in one_node[0].params.values()) * 4 / 1e6:.2f} MB of gradients each step")
 where = {"inside one node": one_node} | ({"between two nodes": two_nodes} if two_nodes is not None else {})
 for name, records in where.items():
     t = launches.all_reduce_seconds(records)
-    best, median = min(t["alone"]), statistics.median(t["alone"])
+    alone = t["alone"]
+    best, median = min(alone), statistics.median(alone)
+    sent = alpha_beta.ring_bytes(t["bytes"], len(records))       # what each rank sends in a ring all-reduce
     print(f"{name:17s}: a rank's span {t['span'] * 1e3:5.2f} ms (waiting included); the all-reduce alone "
-          f"{median * 1e3:5.2f} ms median, {best * 1e3:5.2f} ms best of {len(t['alone'])} "
-          f"-> {t['bytes'] / best / 1e9:4.2f} GB/s each rank sent")
+          f"{median * 1e3:5.2f} ms median ({best * 1e3:5.2f} to {max(alone) * 1e3:5.2f} over {len(alone)} steps) "
+          f"-> {sent / best / 1e9:4.2f} GB/s each rank sent, at best")
 
 # %% [markdown]
-# Each line is one run of a few steps on a shared machine, and the next run may differ by tens
-# of percent: the steps of one run are no independent samples, so these two lines name no faster
-# link (that would take repeated runs and the course's one rule, lesson 01).
+# Each line is one run of a few steps on a shared machine: its steps share that run's start-up
+# and that moment's load, so they are no independent samples, and another run can come out in
+# the other order. These two lines name no faster link: that takes repeated launches, judged by
+# the course's one rule (`distlab.verdict`, lesson 01).
 
 # %% [markdown]
-# Lesson 03's model (`predict.alpha_beta`) says what such a rate can be compared with: a ring
-# all-reduce of n bytes on N ranks costs 2(N-1) messages' alpha, 2(N-1)/N n bytes' beta and the
-# adding of (N-1)/N n bytes (gamma), so bytes over time is below 1/beta whenever alpha and gamma
-# are not negligible, and the best of a handful of steps is a noisy estimate of the model's
-# best case. Mechanisms that could lower it further, a second network stack on the veth cable
-# or an early rank pushing bytes into the kernel's buffers, are not measured here, and one run
-# of each cannot show them.
+# **Against lesson 03's model.** Lesson 03 priced a message of b bytes at α + bβ and each byte
+# added at γ (Hockney 1994; [Thakur, Rabenseifner and Gropp 2005](https://doi.org/10.1177/1094342005051521)),
+# and measured how many messages this machine moves at full speed at once (`lanes`). On 2 ranks
+# each ring rank sends the other one half of the gradient, which the other adds into its own;
+# then each sends back the half it summed: four messages in two steps. With one lane the two
+# messages of a step take turns, so the model charges four α and both ranks' bytes one after the
+# other: even with no α, each rank's bytes over the time come to at most half of 1/β. The cell
+# below fits the link again as lesson 03 did, on two idle ranks of one node, splits the model's
+# time into its terms and sets it against each line.
+
+# %% tags=["nbval-ignore-output"]
+# lesson 03's measurement, once, on two idle ranks of one node (its ping-pong sizes and repeats)
+costs = distlab.launch(measure_costs.measure, world_size=2, sizes=(1_000,), repeats=3, algorithms=("ring",),
+                       ping_pong_bytes=(8, 8_000, 80_000, 800_000, 4_000_000), ping_pong_repeats=10,
+                       progress="none")[0]
+distlab.shutdown()
+link = cost_model.fit_link(costs["ping_pong"], costs["add"])
+numel = sum(t.numel() for t in one_node[0].params.values())
+model = alpha_beta.predict_time("ring", 2, numel, link)
+alpha_s = model - alpha_beta.predict_time("ring", 2, numel, replace(link, alpha=0.0))
+gamma_s = model - alpha_beta.predict_time("ring", 2, numel, replace(link, gamma=0.0, large_add=None))
+terms = {"alpha (messages)": alpha_s, "beta (bytes copied)": model - alpha_s - gamma_s, "gamma (adding)": gamma_s}
+print(f"the link, fitted now: {link}")
+print(f"the model's ring all-reduce of these {numel:,} floats on 2 ranks: {model * 1e3:.2f} ms = "
+      + " + ".join(f"{seconds * 1e3:.2f} ms {term}" for term, seconds in terms.items())
+      + f"; the largest term: {max(terms, key=terms.get)}")
+print(f"the same prices with a link per rank (lanes=None, as on a cluster): "
+      f"{alpha_beta.predict_time('ring', 2, numel, replace(link, lanes=None)) * 1e3:.2f} ms")
+for name, records in where.items():
+    alone = launches.all_reduce_seconds(records)["alone"]
+    print(f"{name:17s}: model / measured {model / statistics.median(alone):.2f} against the median step, "
+          f"{model / min(alone):.2f} against the best (1 = the model accounts for all of it)")
+
+# %% [markdown]
+# How to read it. The terms say where the model puts this gradient's time (the cell names the
+# largest), and the link-per-rank line what the same prices give when each rank has its own link.
+# A ratio near 1: α, β, γ and the lanes account for the all-reduce's time in training. Well below
+# 1: training paid for something the idle ping-pong did not, such as other work on the same two
+# cores (lesson 05's "Which alpha?" compares the two fits). Above 1: the all-reduce beat the
+# model, for instance gloo overlapping the two directions where the fitted lanes make them take
+# turns. Both lines use one node's fit and one run each: whether the veth cable costs more than
+# loopback would take a fit between the namespaces, or repeated launches judged by the one rule.
 
 # %% [markdown]
 # **On a real cluster** the two links differ a lot, and they are hardware you can look up. In
 # an H100 or H200 node the GPUs talk over NVLink through NVSwitches; between nodes each GPU has
 # a network card of its own (InfiniBand NDR or RoCE), wired rail by rail to the other nodes'
 # GPUs ([DGX H100 user guide](https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html),
-# [NVIDIA's HGX reference architecture](https://docs.nvidia.com/reference-architectures/hgx-ai-factory-h100-h200-b200/network-logical-architecture.md),
+# [NVIDIA's HGX reference architecture](https://docs.nvidia.com/enterprise-reference-architectures/hgx-ai-factory-h100-h200-b200/latest/network-logical-architecture.html),
 # [S. Bekman's ML engineering notes](https://github.com/stas00/ml-engineering/tree/master/network)).
 # The cell below prints the published rates, per GPU, each way.
 
@@ -417,14 +470,16 @@ exercises.rank_environment(my_rank_environment)
 #   ranks node by node; gloo must be told which interface to use when the host name resolves to
 #   loopback.
 # - Two nodes trained exactly like one (when this machine could make them): distributing over
-#   machines changes where bytes travel and how long a launch takes around the steps, not what
-#   is computed.
+#   machines changes where bytes travel and what a launch does around the steps (fresh processes,
+#   a rendezvous over the network), not what is computed.
 
 # %% [markdown]
 # - A rank's time in an all-reduce includes waiting for the others: time the all-reduce alone
-#   before dividing bytes by it. Here both "links" were copies inside one machine, so section
-#   5's lines say little about clusters; on a real one NVLink inside a node is several times
-#   faster than even a network card per GPU between nodes, and that decides how the work is split.
+#   before dividing bytes by it, and set it against lesson 03's model, whose terms (α per message,
+#   β per byte with the lanes the machine has, γ per byte added) say where the time should go.
+#   Here both "links" were the kernel copying within one machine, so they say little about
+#   clusters; on a real one NVLink inside a node is several times faster than even a network
+#   card per GPU between nodes, and that decides how the work is split.
 # - A cloud job runs an image it can pull (`launch.image`, built from `docker/Dockerfile`);
 #   Azure ML, Vertex AI and Kubernetes jobs come from the same config.
 # - For the insurance company: start on one node with several GPUs, and go multi-node when the

@@ -11,11 +11,11 @@
 # %% [markdown]
 # By the end of this lesson you can:
 #
-# 1. route tokens with top-k and a capacity, and count the tokens that are dropped;
+# 1. route tokens with top-k and a capacity, and count the requests that are dropped;
 # 2. spread experts over ranks, write the all-to-all's dispatch yourself (it runs on real ranks), and
-#    predict how many tokens cross;
-# 3. check that expert parallelism trains exactly what one process trains;
-# 4. see a router pile tokens on a few experts, and the balancing loss spread them out;
+#    predict how many requests cross;
+# 3. check that expert parallelism trains what one process trains (to within rounding);
+# 4. see a router pile tokens on a few experts, and judge over seeds whether a balancing loss spreads them;
 # 5. read, from the ranks' own records, who waits for the busiest expert.
 
 # %%
@@ -60,11 +60,12 @@ denses = [trainer.train_single(seed=seed, **SHORT) for seed in SEEDS]
 moes = [trainer.train_single(experts=EXPERTS, top_k=1, capacity_factor=1.25, aux_weight=0.1, seed=seed, **SHORT)
         for seed in SEEDS]
 dense, moe = denses[0], moes[0]
-print(verdict([r.test_accuracy for r in moes], [r.test_accuracy for r in denses],
-              names=("the reader with experts", "the dense reader"), better="higher"))
-for name, runs in (("dense", denses), ("experts", moes)):
-    print(f"{name:>8}: " + ", ".join(f"{r.wall_time / len(r.steps) * 1e3:.0f}" for r in runs)
-          + " ms a step on this machine (one a seed)")
+print("test digits read right:", verdict([r.test_accuracy for r in moes], [r.test_accuracy for r in denses],
+                                         names=("the reader with experts", "the dense reader"), better="higher"))
+print(f"({SHORT['test_lines'] * READER['digits']} test digits a run)")
+step_ms = {name: [r.wall_time / len(r.steps) * 1e3 for r in runs] for name, runs in (("dense", denses), ("experts", moes))}
+print("time of a step on this machine:", verdict(step_ms["experts"], step_ms["dense"], log=True, unit=" ms",
+                                                 names=("with experts", "dense"), better="lower"))
 
 # %%
 def count(params, keep=lambda name: True):
@@ -79,22 +80,29 @@ print(f"parameters a token goes through: dense {count(dense.params):,}, with exp
 assert active - count(dense.params) == READER["depth"] * READER["width"] * EXPERTS
 
 # %% [markdown]
-# Many more parameters for the same work per token (plus the routers' few). Read the
-# verdict above with its range: short runs, a few hundred test digits each. The times per step
-# differ by what is not arithmetic: routing, and sorting each token to its expert, which a model
-# this small feels more than a large one. Big MoE models make
-# the same trade at scale (Switch Transformer, Mixtral, DeepSeek): their experts hold most of the
-# parameters, and each token visits only a few.
+# Many more parameters for the same arithmetic per token (plus the routers' few). The accuracy
+# verdict rests on three short runs a side: where it says "no clear difference", the runs allow
+# either order however far apart the means look; more runs may settle it (`bench/experts.py` asks
+# again over eight seeds, with longer runs).
+#
+# The second verdict times a step. Where it finds the reader with experts slower, the extra is not
+# the MLP's arithmetic, the same per token, but routing, sorting each token to its expert, and each
+# matrix product run four times on a few tokens instead of once on all: fixed costs that a model
+# this small feels more than a large one. Big MoE models make the same trade at scale (Switch
+# Transformer, Mixtral, DeepSeek-V3): their experts hold most of the parameters, and each token
+# visits only a few.
 
 # %% [markdown]
 # ## 2. The router, top-k and a capacity
 #
 # Each expert takes at most a **capacity** of `ceil(factor x tokens x k / E)` requests from a group
-# of tokens. GShard and Switch pad every expert's buffer to its capacity, so the exchange's sizes are
-# known before routing; this course's ranks exchange the counts first and send only the kept
-# requests (pieces of varying size), so here the capacity only limits. First choices are served before second
-# choices, each in token order; a request past the capacity is **dropped**: the token skips that
-# expert and the residual connection carries it on.
+# of tokens, the tokens routed together (on ranks, each rank's own): the fair share `tokens x k / E`
+# times a capacity factor (Fedus et al. 2021, section 2.2). GShard and Switch pad every expert's
+# buffer to its capacity, so the exchange's sizes are known before routing; this course's ranks
+# exchange the counts first and send only the kept requests (pieces of varying size), so here the
+# capacity only limits. First choices are served before second choices, each in token order; a
+# request past the capacity is **dropped**: the token skips that expert and the residual connection
+# carries it on.
 #
 # **Predict:** 24 tokens, k = 2, four experts, factor 1: what is the capacity, and can anything drop?
 
@@ -109,15 +117,15 @@ assert layer.last["kept"] == [min(a, capacity(24, layer.cfg)) for a in layer.las
 
 # %% [markdown]
 # A router that favours some experts fills them past their capacity while others have room: the
-# fuller the favourite, the more tokens it drops. Section 4 comes back to this.
+# fuller the favourite, the more requests it drops. Section 4 comes back to this.
 #
 # ## 3. Experts on ranks: tokens travel with all-to-all
 #
 # With four experts on four ranks, each rank keeps one expert and the whole router, and routes its
 # own tokens. Then, in every MoE layer:
 #
-# 1. **counts**: each rank tells each rank how many tokens it will send (they change every step);
-# 2. **dispatch**: the tokens go to their experts' ranks, an all-to-all with pieces of different sizes;
+# 1. **counts**: each rank tells each rank how many requests it will send (they change every step);
+# 2. **dispatch**: the requests' tokens go to their experts' ranks, an all-to-all with pieces of different sizes;
 # 3. each rank runs its expert on what arrived;
 # 4. **combine**: the results go back the same way, and each token adds up its experts' outputs.
 #
@@ -165,9 +173,10 @@ print(f"bytes that crossed ranks per step, all ranks: counted {statistics.mean(c
 # %% [markdown]
 # The formula (in `distlab/predict/traffic.py`): every kept request that leaves its rank crosses
 # four times (to its expert and back, forward and backward), a row of width 4-byte numbers each.
-# The count differs from this even-spread formula both ways: dropped requests lower it, and a router
-# that sends fewer of a rank's tokens to its own rank's experts than an even spread would raises it. The matrix shows each step's all-to-all: row i, the tokens rank i sent to
-# each rank; the diagonal never leaves its rank. Play it to watch the routing change with training.
+# The count can land on either side of this even-spread formula: dropped requests lower it, and a
+# router that sends fewer of a rank's requests to its own rank's experts than an even spread would
+# raises it. The matrix shows each step's all-to-all: row i, the requests rank i sent to each rank;
+# the diagonal never leaves its rank. Play it to watch the routing change with training.
 
 # %% tags=["nbval-ignore-output"]
 pictures.matrix_player(by_hand)
@@ -176,9 +185,10 @@ pictures.matrix_player(by_hand)
 # ## 4. Balance: the busiest expert
 #
 # Left alone, a router keeps sending tokens to the experts that did well early, which then learn
-# faster and win more tokens. The Switch Transformer adds a **balancing loss**, `E x sum_e f_e P_e`
-# (`f_e` the share of tokens whose first choice is e, `P_e` the router's mean probability for e),
-# which is smallest when both are even.
+# faster and win more tokens: the imbalance reinforces itself (Shazeer et al. 2017, section 4). The
+# Switch Transformer adds a **balancing loss**, `E x sum_e f_e P_e` (`f_e` the share of tokens whose
+# first choice is e, `P_e` the router's mean probability for e), which is smallest when both are
+# even.
 #
 # **Predict:** without the balancing loss, will the busiest expert end with more than its fair
 # share of requests? How many more? On four ranks, the library's all-to-all, Adam, three seeds with
@@ -204,6 +214,12 @@ pictures.load_explorer(runs)
 # Each column is a step, each row an expert, the colour its requests; the bars under it count the
 # dropped ones. A busy expert past its capacity drops requests, and those tokens skip the MLP.
 #
+# Hold your prediction against the verdict, not against the pictures of one seed. Where it names
+# the balancing loss, these runs show it evening the load; where it says "no clear difference",
+# three short runs a side cannot tell, whatever the means suggest; `bench/experts.py` asks the
+# question again over eight seeds, with longer runs on two ranks.
+
+# %% [markdown]
 # ## 5. The cost of imbalance: who waits?
 #
 # In every exchange a rank waits until the ranks it trades with get there, so each MoE layer lasts
@@ -216,11 +232,13 @@ alone = runs["balancing loss x 0.0"]
 work = measure.slowest_vs_mean(alone)
 rows = [max(r) / statistics.mean(r) for r in (measure.rows_arrived(alone, s) for s in range(2, len(work) + 2))]
 print(f"slowest expert rank's work / mean: median {statistics.median(work):.2f} "
-      f"(from {min(work):.2f} to {max(work):.2f}); its requests / mean: median {statistics.median(rows):.2f}")
+      f"(from {min(work):.2f} to {max(work):.2f}); the busiest expert rank's requests / mean: "
+      f"median {statistics.median(rows):.2f} (the steps of one run)")
 
 # %% [markdown]
-# Compare the two medians. If the work spreads less than the requests, part of an expert's time
-# does not depend on its tokens (Python's calls, starting each matrix product), which weighs more
+# Compare the two medians: they describe the steps of one run, which share its start and its
+# neighbours, so they are no verdict. If the work spreads less than the requests, part of an
+# expert's time does not depend on its tokens (Python's calls, starting each matrix product), which weighs more
 # the smaller the expert. Experts the size of a real model's spend their time on arithmetic, so their
 # work grows with their requests.
 #
@@ -228,7 +246,8 @@ print(f"slowest expert rank's work / mean: median {statistics.median(work):.2f} 
 # The timeline is one MoE layer's forward on each rank, part by part. Read the *combine* bars: the
 # other ranks wait in combine for the piece of the rank whose experts finish last, while that rank
 # finds their results ready and waits only for the messages themselves; so it may end first or last,
-# but no rank's layer is over before the slowest expert is done (the cell under the picture checks).
+# but no rank that sent it requests ends its layer before those experts are done (the cell under the
+# picture checks).
 # Four ranks share this machine's two cores, so some waiting is for a core rather than for an
 # expert; a core (or a GPU) per rank leaves only the second kind.
 
@@ -315,13 +334,26 @@ exercises_experts.all_to_all_dispatch(dispatch)
 # averaged over every rank, each expert's over its copies.
 
 # %% [markdown]
+# **For the insurance company.** Experts give the reader many more parameters for the same
+# arithmetic per token. Spread over ranks, they cost every MoE layer two all-to-alls forward and
+# two backward, and a rank's layer ends only when the experts it sent tokens to are done, so the
+# slowest expert sets the pace. Whether the bigger reader reads better, and whether the balancing loss evens the
+# load, are the verdicts of sections 1 and 4: with three short runs a side they may not decide, and
+# the way to decide is more runs, not a longer look at one.
+
+# %% [markdown]
 # **Read further.** Shazeer et al., *Outrageously Large Neural Networks: the Sparsely-Gated
-# Mixture-of-Experts Layer* (2017), arXiv:1701.06538; Lepikhin et al., *GShard* (2020),
-# arXiv:2006.16668 (top-2 gating, capacity, section 2); Fedus, Zoph and Shazeer, *Switch
-# Transformers* (2021), arXiv:2101.03961 (the balancing loss, their equation 4); Zoph et al.,
-# *ST-MoE* (2022), arXiv:2202.08906 (the router z-loss); Rajbhandari et al., *DeepSpeed-MoE*
-# (2022), arXiv:2201.05596; DeepSeek-AI, *DeepSeek-V3 Technical Report* (2024), arXiv:2412.19437;
-# the Ultra-Scale Playbook (Hugging Face, 2025), its chapter on expert parallelism.
+# Mixture-of-Experts Layer* (2017), [arXiv:1701.06538](https://arxiv.org/abs/1701.06538) (the
+# self-reinforcing imbalance, section 4); Lepikhin et al., *GShard* (2020),
+# [arXiv:2006.16668](https://arxiv.org/abs/2006.16668) (top-2 gating, capacity, section 2); Fedus,
+# Zoph and Shazeer, *Switch Transformers* (2021), [arXiv:2101.03961](https://arxiv.org/abs/2101.03961)
+# (capacity, section 2.2; the balancing loss, their equation 4); Zoph et al., *ST-MoE* (2022),
+# [arXiv:2202.08906](https://arxiv.org/abs/2202.08906) (the router z-loss); Rajbhandari et al.,
+# *DeepSpeed-MoE* (2022), [arXiv:2201.05596](https://arxiv.org/abs/2201.05596); Jiang et al.,
+# *Mixtral of Experts* (2024), [arXiv:2401.04088](https://arxiv.org/abs/2401.04088); DeepSeek-AI,
+# *DeepSeek-V3 Technical Report* (2024), [arXiv:2412.19437](https://arxiv.org/abs/2412.19437); the
+# [Ultra-Scale Playbook](https://huggingface.co/spaces/nanotron/ultrascale-playbook) (Hugging Face,
+# 2025), its chapter on expert parallelism.
 
 # %% [markdown]
 # **Previous:** [12 · Long lines: splitting the heads and the sequence](12_long_lines.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -41,6 +41,17 @@ def executed_too_often(executions: dict, limit: int = MAX_EXECUTIONS) -> dict:
     return {name: hows for name, hows in executions.items() if len(hows) > limit}
 
 
+def kill_and_wait_for(proc, pids, seconds: float = 30.0) -> list[int]:
+    """Kill ``proc`` (a stand-in notebook kernel) outright; return those of ``pids`` still running
+    after ``seconds`` (an empty list: everything it started has gone with it)."""
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + seconds
+    while alive(pids) and time.time() < deadline:
+        time.sleep(0.2)
+    return alive(pids)
+
+
 def alive(pids):
     """The pids in ``pids`` that are still running (zombies count as gone)."""
     out = []

@@ -14,7 +14,7 @@ import pytest
 import distlab
 import horovod_workers
 import workers
-from helpers import ROOT, alive, children, launch_forever_in_subprocess, read_pids
+from helpers import ROOT, alive, children, kill_and_wait_for, launch_forever_in_subprocess, read_pids
 from distlab.data_parallel import data_parallel as dp
 from distlab import doctor
 from distlab.processes.horovod_backend import horovodrun_command
@@ -150,12 +150,7 @@ def test_a_launcher_that_dies_takes_its_horovod_job_with_it(tmp_path, pid_dir):
     """A notebook kernel killed outright (a restart) cannot stop its job: the driver notices."""
     proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir, backend="horovod")
     family = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-    proc.kill()
-    proc.wait()
-    deadline = time.time() + 30
-    while alive(family) and time.time() < deadline:
-        time.sleep(0.2)
-    assert alive(family) == []
+    assert kill_and_wait_for(proc, family) == []
 
 
 def test_an_orphaned_driver_kills_its_ranks_itself_even_when_sigterm_stops_nothing(tmp_path):
@@ -177,12 +172,7 @@ def test_an_orphaned_driver_kills_its_ranks_itself_even_when_sigterm_stops_nothi
                                % str(driver)], stdout=subprocess.PIPE, text=True)
     family = [int(pid) for pid in kernel.stdout.readline().split()]
     assert len(alive(family)) == 3
-    kernel.kill()
-    kernel.wait()
-    deadline = time.time() + 30
-    while alive(family) and time.time() < deadline:
-        time.sleep(0.2)
-    assert alive(family) == []
+    assert kill_and_wait_for(kernel, family) == []
 
 
 # ---- the lesson's picture (reads records only) ---------------------------------------------------

@@ -7,7 +7,7 @@ import time
 import pytest
 
 import distlab
-from helpers import alive, children, launch_forever_in_subprocess, read_pids
+from helpers import alive, children, kill_and_wait_for, launch_forever_in_subprocess, read_pids
 from distlab.data_parallel import data_parallel as dp
 import workers
 
@@ -229,12 +229,7 @@ def test_a_cpu_quota_on_the_processs_own_group_or_above_it_counts(tmp_path):
 def test_a_killed_notebook_kernel_takes_its_workers_with_it(tmp_path, pid_dir, warm):
     """If the process that launched the job dies outright (SIGKILL), no worker survives it."""
     proc, pids = launch_forever_in_subprocess(tmp_path, pid_dir, warm=warm)
-    proc.kill()
-    proc.wait()
-    deadline = time.time() + 30
-    while alive(pids) and time.time() < deadline:
-        time.sleep(0.2)
-    assert alive(pids) == []
+    assert kill_and_wait_for(proc, pids) == []
 
 
 # ---- arguments bound to the training function's signature, before any process starts ---------

@@ -11,10 +11,15 @@ from distlab.data import load_digits
 digits = load_digits()
 
 # %% [markdown]
-# **Digits per rank.** Of the 1,797 digits, 359 are held back for testing; the 1,438 training
-# digits are split between the 2 ranks: 1,438 / 2 = 719 each.
+# **Digits per rank.** The test digits are held back: only the training digits are shared out.
+# Each of the 2 ranks gets the same number of them, the training digits divided by 2, rounded up
+# when they do not divide (PyTorch's `DistributedSampler` then repeats a few, so that every rank
+# takes as many steps as the others). The cell prints the numbers. A shard is the digits a rank
+# *may* draw from in an epoch: the lesson's 5 steps of 32 used only some of them.
 
 # %%
-my_answer = digits.n_train // 2
+print(f"{digits.n_train + len(digits.y_test)} digits, {len(digits.y_test)} held back for testing, "
+      f"{digits.n_train} for training")
+my_answer = -(-digits.n_train // 2)          # the training digits over 2 ranks, rounded up
 print(my_answer)
 assert exercises.digits_per_rank(my_answer, digits, world_size=2)

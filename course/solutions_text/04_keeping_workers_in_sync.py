@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Lesson 04 · solutions
 #
-# The exercise of `notebooks/04_keeping_workers_in_sync.ipynb` with its answer filled in,
-# checked by the same checker as in the lesson, against a run with the lesson's settings.
+# The exercises of `notebooks/04_keeping_workers_in_sync.ipynb` with their answers filled in,
+# checked by the same checkers as in the lesson, against a run with the lesson's settings.
 
 # %% tags=["nbval-ignore-output"]
 import distlab

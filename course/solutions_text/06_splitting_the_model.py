@@ -10,8 +10,10 @@ from distlab.course import exercises, exercises_pipeline
 from distlab.pipeline import pipeline, schedules
 
 # %% [markdown]
-# **1. The bubble of 4 stages and 8 micro-batches.** Each stage works 8 passes' worth and
-# waits 3 (p - 1) while the pipe fills and drains: 3 / (8 + 3) = 3/11, about 0.27.
+# **1. The bubble of 4 stages and 8 micro-batches.** With equal stages and free messages, each
+# stage works 8 passes' worth and waits 3 (p - 1) while the pipe fills and drains:
+# 3 / (8 + 3) = 3/11, about 0.27 (Narayanan et al. 2021, section 2.2.1,
+# [arXiv:2104.04473](https://arxiv.org/abs/2104.04473), as a share of all the time).
 
 # %%
 my_bubble = (4 - 1) / (8 + 4 - 1)
@@ -20,8 +22,8 @@ assert exercises.bubble_of(my_bubble, stages=4, micro_batches=8)
 
 # %% [markdown]
 # **2. Activations on 1F1B's first stage.** Stage 0 runs p - 1 = 3 warm-up forwards, then one
-# more forward before its first backward frees micro-batch 0: at most 4 = p micro-batches,
-# whatever m is (GPipe would hold all 8).
+# more forward before its first backward frees micro-batch 0: at most 4 = p micro-batches, for
+# any m of at least p (min(p, m) in general; GPipe would hold all 8).
 
 # %%
 print(" ".join(map(str, schedules.one_f_one_b(4, 8, 0))))

@@ -1,8 +1,10 @@
 # %% [markdown]
 # # Lesson 07 · solutions
 #
-# The exercises of `notebooks/07_tensor_and_3d_parallelism.ipynb` with their answers filled in,
-# checked by the same checkers as in the lesson; exercise 1 also against a real run.
+# The exercises of [lesson 07](../../notebooks/07_tensor_and_3d_parallelism.ipynb) with their
+# answers filled in, checked by the same checkers as in the lesson; exercise 1 also against a
+# real run. *f* and *g* (exercise 4) are the conjugate operators of Megatron-LM
+# ([Shoeybi et al. 2019](https://arxiv.org/abs/1909.08053), section 3, figure 3).
 
 # %%
 import torch

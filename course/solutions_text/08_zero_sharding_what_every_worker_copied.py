@@ -39,11 +39,13 @@ print(f"{n:,} parameters: rank 0 holds {counted:,} bytes; 4 n + 12 n / 4 = {4 * 
 # **2. The lowest stage that fits, 7 billion parameters, Adam in mixed precision, 8 × 80 GB.**
 # Stage 0 needs 16 bytes x 7e9 = 112 GB: too much. Stage 1 keeps parameters and gradients whole
 # (2 + 2 bytes, 28 GB) and shards the 12 bytes of optimizer state eight ways (10.5 GB): 38.5 GB,
-# which fits. So stage 1, which costs no more communication than plain data parallelism.
+# which fits (activations aside, as the exercise asks). So stage 1, which costs no more
+# communication than plain data parallelism.
 
 # %%
 for stage in memory.STAGES:
-    print(stage, memory.per_rank(7e9, 8, stage=stage).total / 1e9, "GB")
+    print(f"stage {stage}: {memory.per_rank(7e9, 8, stage=stage).total / 1e9:.2f} GB per rank "
+          "(Adam, mixed precision, 8 ranks)")
 my_stage = 1
 
 assert exercises.smallest_stage_that_fits(my_stage, params=7e9, world_size=8, budget_gb=80)

@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Lesson 09 · solutions
 #
-# The exercises of `notebooks/09_from_laptop_to_cluster.ipynb` with their answers filled in,
-# checked by the same checkers as in the lesson.
+# The exercises of [lesson 09](../../notebooks/09_from_laptop_to_cluster.ipynb) with their answers
+# filled in, checked by the same checkers as in the lesson.
 
 # %%
 from distlab.course import exercises_cluster as exercises
@@ -20,8 +20,10 @@ my_rank = 2 * 8 + 3
 assert exercises.global_rank(my_rank, node=2, local_rank=3, processes_per_node=8)
 
 # %% [markdown]
-# The same from torchrun's own numbers: a 4-node config's command on node 2 says
-# `--nnodes=4 --nproc-per-node=8`; torchrun sets RANK = GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK.
+# The same from torchrun's own numbers: a 4-node config's command for its third host says
+# `--nnodes=4 --nproc-per-node=8` and carries no node rank: the rendezvous hands the node its
+# `GROUP_RANK`, and "joined as node 2" means `GROUP_RANK` 2. With every node running the same number of
+# processes, torchrun sets RANK = GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK.
 
 # %%
 four = run_config.RunConfig.parse({"training": {"global_batch_size": 64},

@@ -146,8 +146,9 @@ assert check.long_line_split({"one block's weights and heads are too much work f
 # %% [markdown]
 # **13.** A router that favours a few experts: add the balancing loss, which is smallest when the
 # tokens, and the router's probabilities, are spread evenly over the experts (a capacity would
-# only drop the extra requests). A buffer of known size: give each expert a capacity, and drop the
-# requests past it. Experts too many for one rank: put each on its own rank and send the tokens to
+# only drop the extra requests). A buffer of known size: give each expert a capacity, drop the
+# requests past it and pad to it, as GShard and Switch do (lesson 13's ranks exchange the counts
+# instead). Experts too many for one rank: put each on its own rank and send the tokens to
 # them with all-to-all (expert parallelism).
 
 # %%
