@@ -19,9 +19,10 @@ it); every module names the lesson that introduces it.  How a run is put togethe
 - ``sequence/``   lines of handwriting and the transformer that reads them, a stack of pieces (lesson 12)
 - ``train/``      the engine: one settings object (``TrainSpec``), the named mesh and its purpose groups,
                   the one loop, the one micro-step, the one gradient reducer (lessons 01, 07, 12)
-- ``data_parallel/``, ``pipeline/``, ``tensor/``, ``context/``, ``experts/``, ``zero/``   one package
-                  an axis or lever: data (lessons 01-04), pipeline (06), tensor and sequence (07, 12),
-                  context (12), experts (13), ZeRO's sharding (08)
+- ``data_parallel/``, ``pipeline/``, ``tensor/``, ``context/``, ``experts/``, ``zero/``, ``precision/``
+                  one package an axis or lever: data (lessons 01-04), pipeline (06), tensor and sequence
+                  (07, 12), context (12), experts (13), ZeRO's sharding (08), mixed precision (lesson 14,
+                  being built: issue 38)
 - ``parallelize/`` the axes composed: ordered transforms over the mesh, the line transformer on all five
                   axes, lesson 07's 3D MLP, and the registry a run config reads its strategies from
 - ``measure/``    speedup measured on real ranks, and the fits that explain it (lesson 05)

@@ -326,7 +326,7 @@ exercises.rank_in_grid(my_rank, 2, 2, 2, dict(data=1, pipeline=1, tensor=0))
 # depth=3))` gives the number of gradients; the answer need not be a whole number.)
 
 # %%
-from distlab.models import count_parameters
+from distlab.models import count_parameters  # noqa: F401 (yours to use in the answer)
 
 my_batch = ...       # the batch at which both move the same bytes per step
 

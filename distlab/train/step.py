@@ -32,7 +32,8 @@ from torch import nn
 class Precision:
     """Lesson 01: how a micro-step computes: here fp32 as built (no autocast, no loss scaling).  The slot
     the memory levers fill: ``autocast()`` the context forward runs in, ``scale(loss)`` what backward
-    starts from (a loss scaler multiplies it), ``unscale(optimizer)`` before the update."""
+    starts from (a loss scaler multiplies it), ``step(optimizer)`` the update (a loss scaler unscales the
+    gradients first, and skips an update whose gradients overflowed)."""
 
     name: str = "fp32"
 
@@ -42,8 +43,10 @@ class Precision:
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         return loss
 
-    def unscale(self, optimizer) -> None:
-        pass
+    def step(self, optimizer) -> bool:
+        """The update; True when it was taken (a loss scaler skips one whose gradients overflowed)."""
+        optimizer.step()
+        return True
 
 
 FP32 = Precision()

@@ -1,0 +1,109 @@
+"""Issue 38: mixed precision in the one micro-step: bf16 autocast, fp16 with a dynamic loss scaler written
+out, and where fp16 would lose a gradient.  One process; the ranks come with the wiring of the update."""
+import pytest
+import torch
+
+from distlab import datasets
+from distlab.models import build_model
+from distlab.precision import mixed
+from distlab.train.step import FP32, make_optimizer, micro_step
+
+DIGITS = datasets.load_dataset("digits")
+
+
+def train(precision, steps=60, lr=0.1, batch=64):
+    """Steps of the one micro-step and the precision's update; the losses, the model."""
+    torch.manual_seed(0)
+    model = build_model("mlp", 64, seed=0)
+    optimizer = make_optimizer("momentum", model.parameters(), lr)
+    losses, g = [], torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        idx = torch.randint(0, DIGITS.n_train, (batch,), generator=g)
+        optimizer.zero_grad()
+        loss, _ = micro_step(model, DIGITS.x_train[idx], DIGITS.y_train[idx], precision=precision)
+        precision.step(optimizer)
+        losses.append(loss)
+    return losses, model
+
+
+def tail(losses, n=10):
+    return sum(losses[-n:]) / n
+
+
+def test_bf16_and_fp16_with_scaling_train_like_fp32():
+    fp32, _ = train(FP32)
+    for name in ("bf16", "fp16"):
+        low, model = train(mixed.policy(name))
+        assert all(p.dtype == torch.float32 for p in model.parameters())      # master weights stay fp32
+        assert 0.9 <= tail(low) / tail(fp32) <= 1.1, (name, tail(low), tail(fp32))
+        assert tail(low) != tail(fp32)                                          # it did compute in 16 bits
+
+
+def test_an_overflowing_scale_skips_the_update_and_halves_until_it_fits():
+    fp16 = mixed.policy("fp16", init_scale=2.0 ** 40, growth_interval=1000)
+    losses, _ = train(fp16, steps=60)
+    history = fp16.scaler.history
+    first_clean = next(i for i, (_, skipped) in enumerate(history) if not skipped)
+    assert first_clean >= 1                                    # fp16's largest is 65504: 2^40 overflows
+    assert [s for s, _ in history[:first_clean + 1]] == [2.0 ** (40 - i) for i in range(first_clean + 1)]
+    assert sum(not skipped for _, skipped in history) > len(history) / 2      # then it fits and trains
+    assert tail(losses) < losses[0]
+
+
+def test_a_skipped_update_leaves_the_weights_alone_and_clean_ones_grow_the_scale():
+    model = build_model("mlp", 64, seed=0)
+    optimizer = make_optimizer("sgd", model.parameters(), 0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    fp16 = mixed.policy("fp16", init_scale=2.0 ** 40, growth_interval=2)
+    micro_step(model, DIGITS.x_train[:64], DIGITS.y_train[:64], precision=fp16)
+    assert fp16.step(optimizer) is False
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    scaler = mixed.LossScaler(init_scale=8.0, growth_interval=2)
+    for _ in range(4):
+        scaler.update(True)
+    assert scaler.scale_value == 32.0 and [s for s, _ in scaler.history] == [8.0, 8.0, 16.0, 16.0]
+
+
+def test_fp16_flushes_small_gradients_that_the_scale_keeps():
+    """The reason for loss scaling: a loss 2^-28 times smaller gives gradients below fp16's smallest
+    subnormal inside backward; scaled by 2^28 they come back equal to fp32's, to fp16's precision."""
+    x, y = DIGITS.x_train[:64], DIGITS.y_train[:64]
+
+    def grads(precision, shrink):
+        model = build_model("mlp", 64, seed=0)
+        with precision.autocast():
+            loss, _ = model.loss(model(x), y)
+        precision.scale(loss * shrink).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    exact = grads(FP32, 2.0 ** -28)
+    plain = grads(mixed.Autocast(dtype=torch.float16), 2.0 ** -28)
+    scaler = mixed.LossScaler(init_scale=2.0 ** 28)
+    scaled = grads(mixed.ScaledAutocast(scaler=scaler), 2.0 ** -28)
+    assert zeros(plain) > zeros(exact) + 0.2                                # fp16 lost many
+    assert mixed.exponent_histogram(exact)["zero_in_fp16"] > 0.2            # and the histogram says why
+    for g in scaled:                                                        # unscale, as the update would
+        g.div_(scaler.scale_value)
+    assert zeros(scaled) <= zeros(exact) + 0.01
+    rel = max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(scaled, exact))
+    assert rel < 5e-2                            # fp16's 10-bit mantissa, rounded through every layer
+
+
+def zeros(gradients):
+    """The share of exact zeros among ``gradients``' numbers."""
+    return sum(int((g == 0).sum()) for g in gradients) / sum(g.numel() for g in gradients)
+
+
+def test_the_exponent_histogram_counts_what_fp16_cannot_hold():
+    h = mixed.exponent_histogram([torch.tensor([1e-9, 1e-6, 1.0, 1e5, 0.0])])
+    assert h["count"] == 4 and h["zero_in_fp16"] == 0.25 and h["subnormal_in_fp16"] == 0.25
+    assert h["overflow_in_fp16"] == 0.25 and h["exponents"][0] == 1
+
+
+def test_bad_precision_settings_are_refused():
+    with pytest.raises(ValueError, match="precision must be one of"):
+        mixed.policy("fp8")
+    with pytest.raises(ValueError, match="bf16 has no loss scaler"):
+        mixed.policy("bf16", init_scale=1024.0)
+    with pytest.raises(ValueError, match="growth_factor > 1"):
+        mixed.LossScaler(growth_factor=1.0)
