@@ -68,6 +68,8 @@ class RankRecord:
     shapes: list = field(default_factory=list)
     routing: list = field(default_factory=list)
     router: dict = field(default_factory=dict)
+    # lesson 14: (loss scale, update skipped) per update, when fp16 scales its loss (``precision.mixed``)
+    loss_scale: list = field(default_factory=list)
 
     @property
     def losses(self) -> list[float]:

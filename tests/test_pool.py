@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 import distlab
@@ -42,7 +43,21 @@ def no_pool_before_or_after():
     before = children()
     yield
     distlab.shutdown()
-    assert alive(children() - before) == [], "a pool's processes outlived distlab.shutdown()"
+    left = []
+    for pid in alive(children() - before):
+        try:
+            left.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(left, timeout=5)            # a process already on its way out is not a leak
+    named = []
+    for p in left:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                named.append(f"{p.pid}: {' '.join(p.cmdline())[:200]}")
+        except psutil.NoSuchProcess:
+            pass
+    assert named == [], f"processes outlived distlab.shutdown() (named, to find whose they are): {named}"
 
 
 BACKENDS = ["torchrun", pytest.param("horovod", marks=pytest.mark.horovod)]

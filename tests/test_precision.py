@@ -107,3 +107,44 @@ def test_bad_precision_settings_are_refused():
         mixed.policy("bf16", init_scale=1024.0)
     with pytest.raises(ValueError, match="growth_factor > 1"):
         mixed.LossScaler(growth_factor=1.0)
+
+
+# ---- on real ranks: the one loop takes the precision's update --------------------------------------
+def test_bf16_and_fp16_on_two_ranks_keep_the_copies_identical_and_train_like_fp32():
+    import distlab
+    from distlab.data_parallel import data_parallel as dp
+
+    setup = dict(global_batch_size=64, steps=40, lr=0.1, optimizer="momentum", progress="none")
+    fp32 = distlab.launch(dp.train, world_size=2, **setup)
+    for name in ("bf16", "fp16"):
+        for method in ("by_hand", "ddp"):
+            ranks = distlab.launch(dp.train, world_size=2, method=method, precision=name, **setup)
+            assert ranks[0].config["precision"] == name
+            assert distlab.max_param_difference(ranks[0].params, ranks[1].params) == 0.0   # one update everywhere
+            assert ranks[0].loss_scale == ranks[1].loss_scale                             # and one verdict on it
+            assert len(ranks[0].loss_scale) == (40 if name == "fp16" else 0)
+            ratio = tail(ranks[0].losses) / tail(fp32[0].losses)
+            assert 0.9 <= ratio <= 1.1, (name, method, ratio)
+            assert distlab.max_param_difference(ranks[0].params, fp32[0].params) > 0     # it computed in 16 bits
+
+
+def test_a_precision_the_run_cannot_take_is_refused_before_any_process_starts():
+    import distlab
+    from distlab.data_parallel import data_parallel as dp
+
+    with pytest.raises(ValueError, match="precision must be one of"):
+        distlab.launch(dp.train, world_size=2, precision="fp8", progress="none")
+    with pytest.raises(ValueError, match="it needs dtype='float32'"):
+        distlab.launch(dp.train, world_size=2, precision="bf16", dtype="float64", progress="none")
+
+
+def test_a_checkpoint_keeps_the_loss_scalers_state():
+    """Lesson 10's checkpoints hold what the precision keeps: a resumed fp16 run goes on at its scale."""
+    fp16 = mixed.policy("fp16", init_scale=2.0 ** 40, growth_interval=3)
+    train(fp16, steps=30)
+    saved = fp16.state_dict()
+    again = mixed.policy("fp16")
+    again.load_state_dict(saved)
+    assert (again.scaler.scale_value, again.scaler.clean_steps, again.trace()) == (
+        fp16.scaler.scale_value, fp16.scaler.clean_steps, fp16.trace())
+    assert FP32.state_dict() == {} and mixed.policy("bf16").state_dict() == {}

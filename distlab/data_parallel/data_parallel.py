@@ -24,6 +24,7 @@ from ..predict.alpha_beta import ALGORITHMS
 from ..data import check_world_size, global_batch, load_digits, rank_batch, steps_per_epoch
 from ..datasets import check_dataset, train_samples
 from ..models import build_model
+from ..precision import mixed
 from ..checks import check_int
 from ..processes.worker import Worker
 from ..records import RankRecord
@@ -57,8 +58,9 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
                   steps: int, lr: float, dtype: str, straggler, warmup_steps: int, depth: int = 2,
                   optimizer: str = "sgd", dataset: str = "digits", samples: int | None = None,
                   data_root: str | None = None, evaluate_every: int = 0, backend: str = "torchrun",
-                  device: str = "cpu") -> int:
+                  device: str = "cpu", precision: str = "fp32") -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
+    mixed.check(precision, dtype)
     if collective != "dist" and backend != "torchrun":
         raise ValueError(f"collective={collective!r} runs on launch(backend='torchrun') only: the hand-written "
                          "all-reduces use torch.distributed send/recv, which Horovod does not have")
@@ -96,7 +98,8 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
           record_layers: Sequence[str] | None = None, dtype: str = "float32",
           straggler: tuple[int, float] | None = None, warmup_steps: int = 0,
           collective: str = "dist", depth: int = 2, optimizer: str = "sgd", dataset: str = "digits",
-          samples: int | None = None, data_root: str | None = None, evaluate_every: int = 0) -> RankRecord:
+          samples: int | None = None, data_root: str | None = None, evaluate_every: int = 0,
+          precision: str = "fp32") -> RankRecord:
     """Lesson 01: train on this rank's shard, averaging gradients with the other ranks.
 
     Returns this rank's ``RankRecord``: loss and accuracy per step, the shard, timings, the
@@ -113,6 +116,7 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
     ``"adam"``.  ``dataset``, ``samples``, ``data_root`` (lesson 05): the data (``datasets.load_dataset``;
     distorted digits are made on the rank, its own mini-batches only); ``evaluate_every=k``: test
     accuracy every k steps into ``record.evaluations`` (lesson 05's time to accuracy).
+    ``precision`` (lesson 14): ``"fp32"``, ``"bf16"`` or ``"fp16"`` (with a loss scaler), ``mixed.policy``.
     """
     world, rank = worker.world_size, worker.rank
     b = per_rank_batch(world, batch_size, global_batch_size, n=train_samples(dataset, samples, data_root))
@@ -120,8 +124,9 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
                 config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr, seed=seed,
                             dtype=dtype, straggler=straggler, warmup_steps=warmup_steps,
                             collective=collective, depth=depth, optimizer=optimizer, dataset=dataset,
-                            samples=samples, data_root=data_root), depth=depth,
+                            samples=samples, data_root=data_root, **mixed.named(precision)), depth=depth,
                 optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root)
+    run.precision = mixed.policy(precision, worker.device.type)
     n = run.data.n_train
     return train_steps(run, make_sync(method, worker, collective), steps,
                        lambda step: rank_batch(n, rank, world, b, step, seed=seed),
@@ -140,7 +145,7 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
                  record_layers=None, dtype: str = "float32", device: str = "cpu",
                  warmup_steps: int = 0, depth: int = 2, optimizer: str = "sgd", dataset: str = "digits",
                  samples: int | None = None, data_root: str | None = None,
-                 evaluate_every: int = 0) -> RankRecord:
+                 evaluate_every: int = 0, precision: str = "fp32") -> RankRecord:
     """Lesson 01: the reference, one process at the global batch that ``world_size`` ranks share.
 
     Runs in the calling process, as a ``Worker`` of its own with no job, through the same
@@ -154,14 +159,16 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
                       batch_size=batch_size,
                       global_batch_size=global_batch_size, steps=steps, lr=lr, dtype=dtype,
                       straggler=None, warmup_steps=warmup_steps, depth=depth, optimizer=optimizer,
-                      dataset=dataset, samples=samples, data_root=data_root, evaluate_every=evaluate_every)
+                      dataset=dataset, samples=samples, data_root=data_root, evaluate_every=evaluate_every,
+                      precision=precision)
     alone = Worker(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device(device))
     run = start(alone, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method="single",
                 config=dict(model=model, width=width, batch_size=b * world_size, steps=steps, lr=lr,
                             seed=seed, dtype=dtype, mimics_world_size=world_size,
                             warmup_steps=warmup_steps, depth=depth, optimizer=optimizer, dataset=dataset,
-                            samples=samples, data_root=data_root), shard=(0, 1),
+                            samples=samples, data_root=data_root, **mixed.named(precision)), shard=(0, 1),
                 depth=depth, optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root)
+    run.precision = mixed.policy(precision, torch.device(device).type)
     n = run.data.n_train
     return train_steps(run, Strategy(), steps, lambda step: global_batch(n, world_size, b, step, seed=seed),
                        lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world_size),

@@ -95,7 +95,7 @@ class BackendDataParallel(Strategy):
 
     def update(self, run: Run, step: int) -> None:
         self.worker.wait(run.optimizer)      # Horovod: its all-reduces, with the job's timeout
-        run.optimizer.step()
+        run.precision.step(run.optimizer)
 
 
 def make_sync(method: str, worker, collective: str = "dist") -> Strategy:

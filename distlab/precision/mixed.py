@@ -115,17 +115,45 @@ class ScaledAutocast(Autocast):
         self.scaler.update(finite)
         return finite
 
+    def trace(self) -> list:
+        return list(self.scaler.history)
+
+    def state_dict(self) -> dict:
+        s = self.scaler
+        return {"loss_scaler": {"scale": s.scale_value, "clean_steps": s.clean_steps, "history": list(s.history)}}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "loss_scaler" in state:          # a checkpoint saved by an fp16 run (else: start afresh)
+            saved = state["loss_scaler"]
+            s = self.scaler
+            s.scale_value, s.clean_steps, s.history = saved["scale"], saved["clean_steps"], list(saved["history"])
+
 
 POLICIES = {"fp32": lambda device_type: FP32,
             "bf16": lambda device_type: Autocast(device_type=device_type),
             "fp16": lambda device_type: ScaledAutocast(device_type=device_type)}
 
 
+def check(name: str, dtype: str = "float32") -> None:
+    """Lesson 14: before any process starts: ``name`` must be a policy, and mixed precision keeps fp32
+    master weights, so the model must be built in float32."""
+    if name not in POLICIES:
+        raise ValueError(f"precision must be one of {sorted(POLICIES)}, got {name!r}")
+    if name != "fp32" and dtype != "float32":
+        raise ValueError(f"precision={name!r} computes in 16 bits on fp32 master weights: it needs "
+                         f"dtype='float32', got {dtype!r}")
+
+
+def named(name: str) -> dict:
+    """Lesson 14: what a record's config says of the precision: nothing for fp32 (every run before
+    lesson 14 was fp32, and its records stay as they were), ``{"precision": name}`` otherwise."""
+    return {} if name == "fp32" else {"precision": name}
+
+
 def policy(name: str, device_type: str = "cpu", **scaler) -> Precision:
     """Lesson 14: the precision policy called ``name`` (``POLICIES``); ``scaler``: ``LossScaler``'s settings
     (fp16 only: bf16 and fp32 need none, and a setting nothing reads is refused)."""
-    if name not in POLICIES:
-        raise ValueError(f"precision must be one of {sorted(POLICIES)}, got {name!r}")
+    check(name)
     if scaler and name != "fp16":
         raise ValueError(f"{name} has no loss scaler: {sorted(scaler)} would be ignored (only fp16 scales)")
     if scaler:

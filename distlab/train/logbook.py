@@ -7,7 +7,8 @@ checkpoints that resume it exactly.
 
 A checkpoint holds ``run.model``'s parameters and ``run.optimizer``'s state (what every strategy
 has), plus what the strategy's ``state_dict(run)`` adds: what it keeps beyond them, such as
-DeepSpeed's fp32 master copy of this rank's shard.  The mini-batches are a function of
+DeepSpeed's fp32 master copy of this rank's shard, and what the precision keeps (lesson 14: an fp16
+loss scaler's scale and its count of clean steps).  The mini-batches are a function of
 (seed, step), so the seed and the step are the sampler's state.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Logbook:
         self.first = 0
         if self.saver:
             self.first = self.saver.resume(run.model, run.optimizer, self.sampler,
-                                           load_extra=lambda state: strategy.load_state_dict(run, state))
+                                           load_extra=lambda state: self._load_extra(state))
         record.resumed_from = self.first or None
         self.log = MetricsLog(worker, steps, resumed_from=record.resumed_from, tensorboard=worker.tensorboard)
 
@@ -40,8 +41,14 @@ class Logbook:
         self.log.step(done, **metrics)
         if self.saver and (saved := self.saver.after_step(done, self.steps, self.run.model, self.run.optimizer,
                                                           self.sampler,
-                                                          extra=lambda: self.strategy.state_dict(self.run))):
+                                                          extra=lambda: {**self.strategy.state_dict(self.run),
+                                                                         **self.run.precision.state_dict()})):
             self.log.write("checkpoint", **saved)
+
+    def _load_extra(self, state: dict) -> None:
+        """Lesson 10: give the strategy what it saved; lesson 14: the loss scaler's state too."""
+        self.strategy.load_state_dict(self.run, state)
+        self.run.precision.load_state_dict(state)
 
     def close(self, test_accuracy: float) -> None:
         self.log.close(self.steps, test_accuracy)

@@ -56,7 +56,7 @@ from ..models import DTYPES, MODELS, build_model
 from ..checks import check_int, check_positive
 from ..records import RankRecord, StepRecord
 from .flops import CountFlops
-from .step import make_optimizer, micro_step
+from .step import FP32, Precision, make_optimizer, micro_step
 from .logbook import Logbook
 
 
@@ -106,6 +106,7 @@ class Run:
     straggler: tuple | None = None   # lesson 04: (rank, seconds) that rank sleeps in every step
     grads_at: set = field(default_factory=set)   # steps whose gradients the record keeps, of
     layers: list = field(default_factory=list)   # these parameters (lessons 01-03)
+    precision: Precision = FP32      # lesson 14: how the micro-step computes and the update is taken
 
     def clock(self) -> float:
         """Lesson 05: now, once this rank's device has done the work queued so far (``time.time()`` after
@@ -178,7 +179,7 @@ class Strategy:
         if step % k == 0:
             run.net.zero_grad(set_to_none=False)   # (Horovod 0.28's optimizer wrapper has no set_to_none)
         # the one micro-step (train/step.py); k > 1: .grad adds up the mean of k micro-batches
-        run.loss, run.accuracy = micro_step(run.model, x, y, net=run.net, share=k)
+        run.loss, run.accuracy = micro_step(run.model, x, y, net=run.net, share=k, precision=run.precision)
         if run.straggler is not None and run.worker.rank == run.straggler[0]:
             time.sleep(run.straggler[1])
         t_compute_end = run.clock()
@@ -198,7 +199,7 @@ class Strategy:
         return None
 
     def update(self, run: Run, step: int) -> None:
-        run.optimizer.step()
+        run.precision.step(run.optimizer)       # fp32: optimizer.step(); fp16: unscale, skip an overflow
 
     def state_dict(self, run: Run) -> dict:
         return {}
@@ -211,6 +212,7 @@ class Strategy:
         device = run.worker.device
         run.record.test_accuracy = evaluate(run.model, run.data.x_test.to(device), run.data.y_test.to(device))
         run.record.params = {n: p.detach().cpu().clone() for n, p in run.model.named_parameters()}
+        run.record.loss_scale = run.precision.trace()
 
 
 def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=None, straggler=None,

@@ -48,6 +48,17 @@ class Precision:
         optimizer.step()
         return True
 
+    def trace(self) -> list:
+        """What the record keeps of this precision's updates (a loss scaler: its scale, step by step)."""
+        return []
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of this precision (a loss scaler's state); nothing for fp32."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
 
 FP32 = Precision()
 
