@@ -34,11 +34,12 @@ def run_rank(run_dir: str) -> dict:
 def stop_when_orphaned(parent_pid: int) -> None:
     """If the launcher dies (a notebook kernel killed or restarted), stop every rank, then ourselves.
 
-    Horovod's own SIGTERM handler stops ranks that are running a job, but not ranks idling in a warm
-    pool between jobs: two of them once outlived their kernel by minutes, each spinning at about
-    40% of a core and slowing every lesson after.  So every descendant of this driver (Horovod's
-    middlemen, the shells, the ranks) is killed first; nothing is left to save, the launcher that
-    would have read the results is gone."""
+    Once, SIGTERM'ing ourselves and leaving the rest to Horovod's handler was not enough: two warm
+    ranks outlived their kernel by minutes, each spinning at about 40% of a core and slowing every
+    lesson after (lesson 02's sitting of 2026-12-04; not reproduced since, the cause not found).  So
+    every descendant of this driver (Horovod's middlemen, the shells, the ranks) is killed here, as
+    ``HorovodJob.terminate_launcher`` does from the launcher's side (this file imports no distlab, to
+    start light); nothing is left to save, the launcher that would have read the results is gone."""
     while os.getppid() == parent_pid:
         time.sleep(0.5)
     import psutil                                   # only on this path: the driver starts light
