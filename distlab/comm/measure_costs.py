@@ -195,11 +195,10 @@ def verdict(measurements: list[dict], rows: list[dict], tolerance: float = TIE) 
         said = rule(runs[order[0]], runs[order[1]], names=order[:2], better="lower", log=True, digits=3,
                     unit=" ms")
         picked = model_pick(mine, tolerance)
-        if len(picked) > 1 and set(order[:2]) <= set(picked) and said.winner is None:
-            model = f"the model predicts a tie between {', '.join(picked)}: not contradicted"
-        elif len(picked) > 1 and set(order[:2]) <= set(picked):
-            model = (f"the model predicts a tie between {', '.join(picked)}, but the stopwatch "
-                     f"separates {order[0]} and {order[1]}: the tie disagrees")
+        tie = f"the model predicts a tie between {', '.join(picked)}"
+        if len(picked) > 1 and set(order[:2]) <= set(picked):
+            model = (f"{tie}: not contradicted" if said.winner is None else
+                     f"{tie}, but the stopwatch separates {order[0]} and {order[1]}: the tie disagrees")
         elif said.winner is None:
             model = f"the model picked {', '.join(picked)}; the stopwatch names no winner to check it against"
         elif said.winner not in picked:
