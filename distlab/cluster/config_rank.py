@@ -19,7 +19,7 @@ import sys
 import torch
 
 from .config import load
-from ..processes.rank import save_atomically, set_options, stop_quietly, write_error
+from ..processes.rank import end_rank, save_atomically, set_options, stop_quietly, write_error
 from ..processes.worker import backend_module
 
 
@@ -54,4 +54,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_rank(main)            # no interpreter finalization: see end_rank

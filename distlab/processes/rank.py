@@ -161,6 +161,39 @@ def stop_quietly(worker) -> None:
             pass
 
 
+def end_rank(main) -> None:
+    """Lesson 01: run a rank's ``main`` and end the process the way multiprocessing's children end:
+    ``os._exit`` with its code, after printing any error and flushing the streams, and without
+    Python's finalization.
+
+    Why: a rank that left gloo's job can still have one of gloo's worker threads holding the last
+    all-reduce's tensor; when that thread lets go of it while the interpreter is finalizing, it
+    needs the GIL, which finalization ends threads for, and C++ calls ``std::terminate``:
+    "terminate called without an active exception", SIGABRT, after a run that had finished
+    (seen in about one run in ten of ``distlab run``; the core dump showed
+    ``ProcessGroupGloo::runLoop`` freeing an ``AsyncAllreduceWork`` during ``Py_FinalizeEx``;
+    PyTorch's issue 190489 and pull request 179291 describe the same).  Every file a rank
+    writes is closed before ``main`` returns, so finalization has nothing left to do for it.
+    """
+    import logging
+
+    try:
+        code = main()
+    except SystemExit as stop:
+        code = stop.code
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    if not isinstance(code, int):
+        if code is not None:
+            print(code, file=sys.stderr)
+        code = 0 if code is None else 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _wait_for_job(folder: str):
     """The next job (None: stop).  Also stops if the launcher that started this rank has gone."""
     path, parent, pause = os.path.join(folder, "job.pkl"), os.getppid(), 1e-3
@@ -216,4 +249,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_rank(main)
