@@ -6,7 +6,7 @@ few steps at every ZeRO stage: stages 0 to 2 by hand (and stage 2 overlapped wit
 3 with FSDP2, with Adam (``fsdp.every_stage``), and stages 0 to 3 with DeepSpeed, with SGD and momentum
 (one optimizer state per parameter instead of Adam's two, so the memory model is checked with a
 second value of K; ``deepspeed_zero.config`` names either optimizer, clipping off).  Each rank
-counts the bytes of the tensors it holds after its last update (``zero.memory_held``).  GOAL lines:
+counts the bytes of the tensors it holds after its last update (``train.memory_held``).  GOAL lines:
 
 - ``held_vs_model_<how>_stage<k>_<N>r``: measured / predicted bytes, the category furthest from
   1 on the rank furthest from it, goal within 0.9..1.1.  DeepSpeed is predicted with the fp32

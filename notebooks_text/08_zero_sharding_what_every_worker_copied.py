@@ -24,7 +24,7 @@ import json
 
 import distlab
 from distlab.data import load_digits
-from distlab.zero import memory_held
+from distlab.train import memory_held
 from distlab.models import build_model, count_parameters
 from distlab.data_parallel import data_parallel
 from distlab.zero import deepspeed_zero, fsdp, zero

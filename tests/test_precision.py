@@ -15,7 +15,7 @@ def train(precision, steps=60, lr=0.1, batch=64):
     """Steps of the one micro-step and the precision's update; the losses, the model."""
     torch.manual_seed(0)
     model = build_model("mlp", 64, seed=0)
-    optimizer = make_optimizer("momentum", model.parameters(), lr)
+    optimizer = make_optimizer("momentum", precision.prepare(model), lr)
     losses, g = [], torch.Generator().manual_seed(0)
     for _ in range(steps):
         idx = torch.randint(0, DIGITS.n_train, (batch,), generator=g)
@@ -116,9 +116,11 @@ def test_bf16_and_fp16_on_two_ranks_keep_the_copies_identical_and_train_like_fp3
 
     setup = dict(global_batch_size=64, steps=40, lr=0.1, optimizer="momentum", progress="none")
     fp32 = distlab.launch(dp.train, world_size=2, **setup)
-    for name in ("bf16", "fp16"):
+    for name in ("bf16", "fp16", "bf16_master"):
         for method in ("by_hand", "ddp"):
             ranks = distlab.launch(dp.train, world_size=2, method=method, precision=name, **setup)
+            if method == "by_hand":     # (DDP also keeps its buckets, a copy of the gradients no tensor shows)
+                bytes_match_the_prediction(ranks[0], name, "momentum", batch=32)
             assert ranks[0].config["precision"] == name
             assert distlab.max_param_difference(ranks[0].params, ranks[1].params) == 0.0   # one update everywhere
             assert ranks[0].loss_scale == ranks[1].loss_scale                             # and one verdict on it
@@ -126,6 +128,53 @@ def test_bf16_and_fp16_on_two_ranks_keep_the_copies_identical_and_train_like_fp3
             ratio = tail(ranks[0].losses) / tail(fp32[0].losses)
             assert 0.9 <= ratio <= 1.1, (name, method, ratio)
             assert distlab.max_param_difference(ranks[0].params, fp32[0].params) > 0     # it computed in 16 bits
+
+
+def bytes_match_the_prediction(record, policy, optimizer, batch):
+    """The bytes a rank counted (``record.memory``: its tensors between steps, and one more forward's saved
+    tensors) against ``predict``, category by category (1%: Adam's step counters, the loss's one number)."""
+    from distlab.predict import activations, memory
+
+    n = sum(p.numel() for p in record.params.values())
+    want = {k: v * n for k, v in memory.bytes_per_parameter(policy, optimizer).items()}
+    want.update(activations.mlp_saved_bytes(batch, record.config["width"], record.config["depth"], policy=policy))
+    assert set(want) == set(record.memory)
+    for category, expected in want.items():
+        assert record.memory[category] == pytest.approx(expected, rel=0.01, abs=0), (policy, category)
+
+
+def test_each_policy_holds_the_bytes_the_model_predicts_on_one_process():
+    """Lesson 14: fp32 and autocast keep 4 + 4 + 8 bytes a parameter with Adam, bf16 master weights
+    2 + 2 + 4 + 8: the same 16, but autocast adds a 16-bit copy of each weight while a step runs, and
+    halves the activations as the master weights do."""
+    from distlab.data_parallel import data_parallel as dp
+
+    got = {}
+    for name in ("fp32", "bf16", "fp16", "bf16_master"):
+        got[name] = dp.train_single(global_batch_size=64, steps=5, optimizer="adam", lr=0.01, precision=name)
+        bytes_match_the_prediction(got[name], name, "adam", batch=64)
+    assert got["bf16_master"].params["fc1.weight"].dtype == torch.bfloat16
+    assert got["bf16"].memory["weight copies"] > 0 == got["bf16_master"].memory["weight copies"]
+    assert got["bf16"].memory["activations"] < 0.6 * got["fp32"].memory["activations"]
+
+
+def test_master_weights_keep_updates_that_bf16_would_round_away():
+    """Lesson 14: why the master copy: an update a thousand times smaller than bf16's step near 1 is
+    lost by a bf16 weight updated in place, and adds up in the fp32 master."""
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    policy = mixed.policy("bf16_master")
+    optimizer = torch.optim.SGD(policy.prepare(model), lr=1.0)
+    in_place = torch.ones(1, dtype=torch.bfloat16)
+    for _ in range(1000):
+        model.weight.grad = torch.full_like(model.weight, -2.0 ** -17)   # bf16's step at 1 is 2^-7
+        policy.step(optimizer)
+        in_place += torch.tensor(2.0 ** -17, dtype=torch.bfloat16)
+    assert in_place.item() == 1.0                                        # every update rounded away
+    assert policy.pairs[0][1].item() == pytest.approx(1 + 1000 * 2.0 ** -17)
+    assert model.weight.item() == pytest.approx(1 + 1000 * 2.0 ** -17, abs=2.0 ** -7)
+    assert model.weight.item() > 1.0
 
 
 def test_a_precision_the_run_cannot_take_is_refused_before_any_process_starts():
@@ -136,6 +185,9 @@ def test_a_precision_the_run_cannot_take_is_refused_before_any_process_starts():
         distlab.launch(dp.train, world_size=2, precision="fp8", progress="none")
     with pytest.raises(ValueError, match="it needs dtype='float32'"):
         distlab.launch(dp.train, world_size=2, precision="bf16", dtype="float64", progress="none")
+    with pytest.raises(ValueError, match="fp32 master copies, which backward never reaches"):
+        distlab.launch(dp.train, world_size=2, method="ddp", precision="bf16_master", backend="horovod",
+                       progress="none")
 
 
 def test_a_checkpoint_keeps_the_loss_scalers_state():
@@ -148,3 +200,30 @@ def test_a_checkpoint_keeps_the_loss_scalers_state():
     assert (again.scaler.scale_value, again.scaler.clean_steps, again.trace()) == (
         fp16.scaler.scale_value, fp16.scaler.clean_steps, fp16.trace())
     assert FP32.state_dict() == {} and mixed.policy("bf16").state_dict() == {}
+
+
+def test_zero_shards_the_master_copy_and_the_loss_scalers_verdict():
+    """Lesson 14: hand-written ZeRO with bf16 master weights keeps an fp32 master of its shard only (the
+    ZeRO paper's accounting: 2 + 2 bytes a parameter, and K = 12 of Adam's state and master sharded), and
+    takes exactly plain data parallelism's updates; with fp16 the ranks, each seeing a shard of the
+    gradients, agree on every overflow, so they skip the same updates as plain data parallelism."""
+    import distlab
+    from distlab.data_parallel import data_parallel as dp
+    from distlab.predict import memory
+    from distlab.zero import zero
+
+    setup = dict(global_batch_size=32, steps=8, lr=0.01, optimizer="adam", progress="none")
+    for precision in ("bf16_master", "fp16"):
+        plain = distlab.launch(dp.train, world_size=2, method="by_hand", precision=precision, **setup)
+        for stage in (1, 2):
+            ranks = distlab.launch(zero.train, world_size=2, stage=stage, precision=precision, **setup)
+            assert distlab.max_param_difference(ranks[0].params, plain[0].params) == 0.0, (precision, stage)
+            assert ranks[0].loss_scale == ranks[1].loss_scale == plain[0].loss_scale
+            if precision == "bf16_master":
+                n = sum(p.numel() for p in ranks[0].params.values())
+                want = memory.per_rank(n, 2, stage=stage, optimizer="adam", precision="mixed")
+                for category in ("params", "grads", "optimizer"):
+                    # (the flat buffer is padded to a multiple of 2: within 1%)
+                    assert ranks[0].memory[category] == pytest.approx(getattr(want, category), rel=0.01), category
+    with pytest.raises(ValueError, match="overlapped stage 2"):
+        distlab.launch(zero.train, world_size=2, stage=2, overlap=True, precision="bf16", progress="none")

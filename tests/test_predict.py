@@ -212,3 +212,30 @@ def test_the_ring_builds_a_block_of_scores_each_hop():
     assert korthikanti_layer_bytes(s, b, h, a) == s * b * h * (34 + 5 * a * s / h)
     assert korthikanti_layer_bytes(s, b, h, a, tensor=8, sequence_parallel=True) == \
         korthikanti_layer_bytes(s, b, h, a) / 8
+
+
+def test_offload_moves_the_zero_offload_papers_bytes_to_the_host():
+    """Lesson 14: Ren et al. 2021 (ZeRO-Offload, section 4.1): on one GPU with Adam in mixed precision the
+    GPU keeps the 16-bit parameters (2 Psi), the host the gradients and the optimizer's 12 Psi, and each
+    step moves 4 Psi bytes (the gradients down, the parameters up)."""
+    from distlab.predict import memory
+
+    psi = 1e9
+    got = memory.offload_bytes(psi, 1, "optimizer", stage=0, optimizer="adam")
+    assert got == {"device": 2 * psi, "host": 14 * psi, "traffic": 4 * psi}
+    assert memory.offload_bytes(psi, 1, "none")["host"] == 0
+    sharded = memory.offload_bytes(psi, 8, "optimizer", stage=2)     # ZeRO-2: this rank's shard goes and comes
+    assert sharded["traffic"] == pytest.approx(4 * psi / 8)
+    assert memory.offload_bytes(psi, 8, "params", stage=3)["device"] == 0
+    with pytest.raises(ValueError, match="offload must be one of"):
+        memory.offload_bytes(psi, 1, "disk")
+
+
+def test_bytes_per_parameter_of_each_precision_policy():
+    from distlab.predict import memory
+
+    adam = {name: sum(memory.bytes_per_parameter(name, "adam").values()) for name in memory.POLICY_ACCOUNTING}
+    assert adam == {"fp32": 16, "bf16": 16, "fp16": 16, "bf16_master": 16}
+    assert memory.bytes_per_parameter("bf16_master", "adam") == {"params": 2, "grads": 2, "master": 4, "optimizer": 8}
+    with pytest.raises(ValueError, match="policy must be one of"):
+        memory.bytes_per_parameter("fp8")

@@ -9,7 +9,7 @@ import torch
 from helpers import once, trained
 
 import distlab
-from distlab.zero import memory_held
+from distlab.train import memory_held
 from distlab.models import build_model, count_parameters
 from distlab.data_parallel import data_parallel as dp
 from distlab.zero import zero

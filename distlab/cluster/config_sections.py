@@ -63,6 +63,9 @@ class Training(Section):
     lr: float = Field(0.1, gt=0, le=10)
     optimizer: Literal["sgd", "momentum", "adam"] = "sgd"
     dtype: Literal["float32", "float64"] = "float32"
+    recompute: Literal["none", "full", "selective"] = Field(
+        "none", description="strategy transformer: activation recomputation (lesson 14): none, full (every block "
+                            "forward again in backward) or selective (only attention's scores, softmax and values)")
 
 
 class Parallel(Section):

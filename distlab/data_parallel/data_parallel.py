@@ -25,6 +25,7 @@ from ..data import check_world_size, global_batch, load_digits, rank_batch, step
 from ..datasets import check_dataset, train_samples
 from ..models import build_model
 from ..precision import mixed
+from ..train.memory_held import training_bytes
 from ..checks import check_int
 from ..processes.worker import Worker
 from ..records import RankRecord
@@ -61,6 +62,10 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
                   device: str = "cpu", precision: str = "fp32") -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
     mixed.check(precision, dtype)
+    if precision == "bf16_master" and method == "ddp" and backend == "horovod":
+        raise ValueError("precision='bf16_master' with Horovod's DistributedOptimizer: it all-reduces the "
+                         "gradients of the tensors the optimizer updates, here the fp32 master copies, which "
+                         "backward never reaches; use method='by_hand' or launch(backend='torchrun')")
     if collective != "dist" and backend != "torchrun":
         raise ValueError(f"collective={collective!r} runs on launch(backend='torchrun') only: the hand-written "
                          "all-reduces use torch.distributed send/recv, which Horovod does not have")
@@ -116,7 +121,8 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
     ``"adam"``.  ``dataset``, ``samples``, ``data_root`` (lesson 05): the data (``datasets.load_dataset``;
     distorted digits are made on the rank, its own mini-batches only); ``evaluate_every=k``: test
     accuracy every k steps into ``record.evaluations`` (lesson 05's time to accuracy).
-    ``precision`` (lesson 14): ``"fp32"``, ``"bf16"`` or ``"fp16"`` (with a loss scaler), ``mixed.policy``.
+    ``precision`` (lesson 14): ``"fp32"``, ``"bf16"`` or ``"fp16"`` (autocast; fp16 with a loss scaler), or
+    ``"bf16_master"`` (the parameters stored in bf16, an fp32 master copy updated): ``mixed.policy``.
     """
     world, rank = worker.world_size, worker.rank
     b = per_rank_batch(world, batch_size, global_batch_size, n=train_samples(dataset, samples, data_root))
@@ -125,14 +131,24 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
                             dtype=dtype, straggler=straggler, warmup_steps=warmup_steps,
                             collective=collective, depth=depth, optimizer=optimizer, dataset=dataset,
                             samples=samples, data_root=data_root, **mixed.named(precision)), depth=depth,
-                optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root)
-    run.precision = mixed.policy(precision, worker.device.type)
+                optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root,
+                precision=mixed.policy(precision, worker.device.type))
     n = run.data.n_train
-    return train_steps(run, make_sync(method, worker, collective), steps,
-                       lambda step: rank_batch(n, rank, world, b, step, seed=seed),
-                       lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world),
-                       straggler=straggler, record_grads_at=record_grads_at, layers=record_layers,
-                       evaluate_every=evaluate_every)
+    train_steps(run, make_sync(method, worker, collective), steps,
+                lambda step: rank_batch(n, rank, world, b, step, seed=seed),
+                lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world),
+                straggler=straggler, record_grads_at=record_grads_at, layers=record_layers,
+                evaluate_every=evaluate_every)
+    return count_bytes(run, rank_batch(n, rank, world, b, 0, seed=seed))
+
+
+def count_bytes(run, idx) -> RankRecord:
+    """Lesson 14: the record with ``memory``: the bytes this rank holds by category, and what one more
+    forward of the mini-batch ``idx`` keeps for backward (``train.memory_held.training_bytes``).  Counted
+    on the tensors the run shows: DDP's buckets (a copy of the gradients inside its reducer) are not."""
+    x, y = run.batch(idx)
+    run.record.memory = training_bytes(run.model, run.optimizer, x, y, run.precision)
+    return run.record
 
 
 train.validate_args = validate_args   # distlab.launch calls it before starting any process
@@ -167,12 +183,13 @@ def train_single(*, world_size: int = 1, model: str = "mlp", width: int = 64,
                             seed=seed, dtype=dtype, mimics_world_size=world_size,
                             warmup_steps=warmup_steps, depth=depth, optimizer=optimizer, dataset=dataset,
                             samples=samples, data_root=data_root, **mixed.named(precision)), shard=(0, 1),
-                depth=depth, optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root)
-    run.precision = mixed.policy(precision, torch.device(device).type)
+                depth=depth, optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root,
+                precision=mixed.policy(precision, torch.device(device).type))
     n = run.data.n_train
-    return train_steps(run, Strategy(), steps, lambda step: global_batch(n, world_size, b, step, seed=seed),
-                       lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world_size),
-                       record_grads_at=record_grads_at, layers=record_layers, evaluate_every=evaluate_every)
+    train_steps(run, Strategy(), steps, lambda step: global_batch(n, world_size, b, step, seed=seed),
+                lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world_size),
+                record_grads_at=record_grads_at, layers=record_layers, evaluate_every=evaluate_every)
+    return count_bytes(run, global_batch(n, world_size, b, 0, seed=seed))
 
 
 def train_both_methods(worker, **config) -> dict:

@@ -3,7 +3,8 @@
 Introduced in lesson 12 (and 13 for the experts, 06 for the pipeline).  Every transform has conditions:
 whole heads per tensor rank, equal pieces of the line per context rank, whole experts per expert rank,
 a stage's worth of layers per pipeline rank, a batch every share and micro-batch divides; and some
-pairs are not built (sequence parallelism with context parallelism) or need what one backend lacks
+pairs are not built (sequence parallelism with context parallelism; lesson 14's selective recomputation
+with ring attention, which keeps no probabilities to drop) or need what one backend lacks
 (Horovod has no send/recv: no pipeline, no ring, no all-to-all by hand there).  Each is checked here,
 with a message that says what to change, so that a mistake costs a second and not a job.
 """
@@ -21,6 +22,7 @@ from ..tensor.sequence_parallel import check_split
 from ..tensor.tensor_parallel import check_tensor_parallel
 from ..sequence.transformer import TransformerConfig
 from ..train.reduce import METHODS
+from ..train import recompute
 from ..train.spec import TrainSpec
 from ..train.step import check_optimizer
 
@@ -43,6 +45,7 @@ def check(world_size: int, spec: TrainSpec, backend: str = "torchrun", device: s
             raise ValueError(f"{name}={getattr(p, name)!r} is a setting of the MLP's strategies (zero, pipeline "
                              "interleaved, local_sgd), which the five-axis trainer does not use: leave it out")
     sizes = check_mesh(world_size, p.mesh)
+    recompute.check_layout(t.recompute, kind=m.kind, context=sizes["context"], attention=p.attention)
     if m.kind == "transformer":
         _check_lines(spec, sizes, backend)
     else:

@@ -26,6 +26,7 @@ from ..processes.cores import one_thread
 from ..processes.worker import Worker
 from ..records import RankRecord
 from ..tensor.sequence_parallel import positions
+from ..train import recompute
 from ..train.spec import TrainSpec
 from ..train.reduce import GradientReducer
 from ..train.step import make_optimizer, micro_step
@@ -91,6 +92,8 @@ def describe_layout(spec: TrainSpec, sizes: dict) -> str:
         what += " (PyTorch's parallelize_module)"
     if sizes["expert"] > 1:
         what += f" (all-to-all {p.all_to_all.replace('_', ' ')})"
+    if spec.training.recompute != "none":
+        what += f", {spec.training.recompute} recomputation"
     return what
 
 
@@ -155,6 +158,7 @@ def train_single(spec: TrainSpec | None = None, *, world_size: int = 1, **settin
     work = workload(spec)
     model = work.build()
     reference_groups(model, spec, world_size)
+    recompute.apply(model, spec.training.recompute)      # lesson 14: the one lever that is not a split
     params = dict(model.named_parameters())
     layout = Layout(alone, None, spec)
     par = Parallelized(model, layout, params, GradientReducer(alone, params))      # nothing to split or reduce

@@ -12,6 +12,8 @@ whole model from the same seed, then each way of splitting is one transform, app
                ring or an all-gather (``context.context_parallel.parallelize``)
 ``expert``     every mixture of experts spread over the expert group, tokens travelling by all-to-all
                (``experts.expert_parallel.parallelize``)
+``recompute``  lesson 14's lever: every (split) block, or every attention's core, keeps only its inputs
+               and runs its forward again in backward, collectives included (``train.recompute.parallelize``)
 ``pipeline``   the stack of pieces cut into stages along the pipeline group; this rank keeps its own
                (``pipeline.pipeline.stage_of``)
 ``reduce``     the one gradient reducer over what this rank holds, each gradient over its purpose group
@@ -19,8 +21,9 @@ whole model from the same seed, then each way of splitting is one transform, app
 =============  ===========================================================================================
 
 A transform that splits a parameter's gradient into parts, or joins them, says so on the parameter
-(``train.reduce.mark``), so the reducer needs no knowledge of the transforms.  A later lever (activation
-recomputation, mixed precision, gradient bucketing) is one more entry here, not a fork of the loop.  The
+(``train.reduce.mark``), so the reducer needs no knowledge of the transforms.  A lever is one more entry
+here, not a fork of the loop: activation recomputation is (lesson 14), after the splits, so that what it
+recomputes is the split block, and before the cut, so that a stage holds blocks that recompute.  The
 pipeline's cut is planned on the model before any transform (its layers' costs and the activations'
 shapes come from one sample run through the unsplit pieces; a split model would talk while doing so).
 """
@@ -35,12 +38,15 @@ from ..pipeline import pipeline, stages
 from ..tensor.tensor_parallel import Traffic
 from ..context import context_parallel
 from ..tensor import heads_split, tensor_parallel
+from ..train import recompute
 from ..train.reduce import GradientReducer
 
-# (axis, transform) in the order they are applied; each is a no-op when its axis has one rank
-# (the tensor axis has one for each family of models: lesson 07's MLP block, lesson 12's transformer blocks)
+# (name, transform) in the order they are applied: the axes' splits, each a no-op when its axis has one rank
+# (the tensor axis has one for each family of models: lesson 07's MLP block, lesson 12's transformer blocks),
+# then the levers, each a no-op when off (activation recomputation, lesson 14)
 TRANSFORMS = (("tensor", tensor_parallel.parallelize), ("tensor", heads_split.parallelize),
-              ("context", context_parallel.parallelize), ("expert", expert_parallel.parallelize))
+              ("context", context_parallel.parallelize), ("expert", expert_parallel.parallelize),
+              ("recompute", recompute.parallelize))
 
 
 @dataclass

@@ -103,6 +103,7 @@ class ScaledAutocast(Autocast):
     name: str = "fp16"
     dtype: torch.dtype = torch.float16
     scaler: LossScaler = field(default_factory=LossScaler)
+    agree: object = field(default=None, compare=False)   # ranks holding shards: all agree on "finite"
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         return self.scaler.scale(loss)
@@ -110,6 +111,8 @@ class ScaledAutocast(Autocast):
     def step(self, optimizer) -> bool:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         finite = self.scaler.unscale(params)
+        if self.agree is not None:
+            finite = self.agree(finite)
         if finite:
             optimizer.step()
         self.scaler.update(finite)
@@ -129,9 +132,57 @@ class ScaledAutocast(Autocast):
             s.scale_value, s.clean_steps, s.history = saved["scale"], saved["clean_steps"], list(saved["history"])
 
 
+@dataclass(frozen=True, eq=False)
+class MasterWeights(Autocast):
+    """Lesson 14: the parameters themselves stored in bf16, and an fp32 *master* copy that the optimizer
+    updates (Micikevicius et al. 2018, section 3.1; Megatron-LM and DeepSpeed's bf16 training).
+
+    ``Autocast`` keeps the parameters in fp32 and casts each weight to 16 bits for its matrix product:
+    it halves the activations, not the weights (and keeps the 16-bit copy of every weight for backward).
+    Here the model *is* 16-bit: its parameters and gradients take 2 bytes each, the all-reduce carries
+    2 bytes a number, and the 4-byte master copy lives with the optimizer's state (which ZeRO shards):
+    with Adam, 2 + 2 + 4 + 8 = 16 bytes a parameter (the ZeRO paper's K = 12).  The update itself is
+    taken in fp32: each gradient is widened onto its master, the optimizer steps the masters, and each
+    parameter is rounded from its master, so updates smaller than a bf16 step add up in the master
+    instead of rounding away.  The fp32 gradients live only during the update."""
+
+    name: str = "bf16_master"
+    pairs: list = field(default_factory=list)     # (the model's bf16 parameter, its fp32 master)
+
+    def prepare(self, model: torch.nn.Module) -> list:
+        """Store the model in ``dtype``; return the fp32 masters, made before rounding (the exact start)."""
+        if self.pairs:
+            raise ValueError("a MasterWeights policy prepares one model: make a new policy for another")
+        for p in model.parameters():
+            master = p.detach().clone().float()
+            p.data = p.data.to(self.dtype)
+            self.pairs.append((p, master))
+        return [master for _, master in self.pairs]
+
+    def step(self, optimizer) -> bool:
+        for p, master in self.pairs:
+            master.grad = None if p.grad is None else p.grad.float()
+        optimizer.step()
+        for p, master in self.pairs:
+            p.data.copy_(master)          # rounded to bf16: the numbers the next forward uses
+            master.grad = None
+        return True
+
+    def state_dict(self) -> dict:
+        """A checkpoint must keep the masters: the optimizer's own state holds its moments, not the
+        numbers it updates, and the bf16 parameters have lost the low bits."""
+        return {"masters": [master.detach().clone() for _, master in self.pairs]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "masters" in state:
+            for (_, master), saved in zip(self.pairs, state["masters"]):
+                master.data.copy_(saved)
+
+
 POLICIES = {"fp32": lambda device_type: FP32,
             "bf16": lambda device_type: Autocast(device_type=device_type),
-            "fp16": lambda device_type: ScaledAutocast(device_type=device_type)}
+            "fp16": lambda device_type: ScaledAutocast(device_type=device_type),
+            "bf16_master": lambda device_type: MasterWeights(device_type=device_type)}
 
 
 def check(name: str, dtype: str = "float32") -> None:

@@ -5,7 +5,7 @@ under tensor, sequence and context parallelism).  Between forward and backward e
 what its gradient will need (a matrix product its inputs, softmax its output, ...): the
 *activations*.  ZeRO does not shard them; for long lines they, not the parameters, fill a rank's
 memory, and the scores of attention grow with the square of the line.  What PyTorch really keeps is
-counted by ``zero.memory_held`` (the MLP) and ``sequence.memory.SavedTensors`` (the transformer),
+counted by ``train.memory_held`` (the MLP) and ``sequence.memory.SavedTensors`` (the transformer),
 and the tests hold these formulas to those counts.  A pipeline stage keeps its share of these for
 each micro-batch in flight (``bubbles.held_micro_batches``).
 """
@@ -25,7 +25,8 @@ def mlp_activation_bytes(batch: int, width: int, depth: int = 2, *, inputs: int 
 
 def transformer_activation_bytes(cfg, batch: int, tokens: int, *, tensor: int = 1, sequence_parallel: bool = False,
                                context: int = 1, attention: str = "ring", itemsize: int = 4,
-                               regather: bool = False) -> dict[str, int]:
+                               regather: bool = False, recompute: str = "none", layers: int | None = None,
+                               embedding: bool = True, read_out: bool = True) -> dict[str, int]:
     """Lesson 12: the bytes of activations one rank keeps for backward in one step, by part, from the
     model's shapes alone (``cfg`` a ``flops.TransformerShape`` or lesson 12's ``TransformerConfig``;
     ``batch`` lines of ``tokens`` tokens).
@@ -57,8 +58,28 @@ def transformer_activation_bytes(cfg, batch: int, tokens: int, *, tensor: int = 
       only Q, K and V of its tokens and one log-sum-exp per query.
     Outside the blocks: the tokens' pixels, the last LayerNorm, the read-out's input and the losses.
     The ``total`` is checked against ``sequence.memory.SavedTensors`` (what PyTorch really keeps) in
-    tests/test_sequence.py."""
+    tests/test_sequence.py.
+
+    Lesson 14, **recomputation** (``train.recompute``; Korthikanti et al. 2022, section 5):
+
+    * ``recompute="full"``: a block keeps its input only, ``b s h`` numbers (their table 2: ``2sbh`` bytes
+      in 16-bit numbers), of the piece of the line this rank holds there: ``1/t`` of it with sequence
+      parallelism, ``1/c`` with context parallelism; everything outside the blocks stays;
+    * ``recompute="selective"``: the attention probabilities and the causal masks go (and, with K and V
+      all-gathered, the gathered K and V: the recomputed region's inputs are this rank's Q, K and V, kept
+      anyway).  Ring attention keeps no probabilities to drop, and is refused.
+
+    A pipeline stage's share (``layers`` blocks, with or without the ``embedding`` and the ``read_out``)
+    is what it keeps per micro-batch (``batch``: the micro-batch's lines); it holds that for each
+    micro-batch in flight (``bubbles.held_micro_batches``: GPipe's re-materialisation keeps a stage's
+    block inputs for every micro-batch, Huang et al. 2019, section 2.3)."""
+    if recompute not in ("none", "full", "selective"):
+        raise ValueError(f"recompute must be 'none', 'full' or 'selective', got {recompute!r}")
+    if recompute == "selective" and context > 1 and attention == "ring":
+        raise ValueError("selective recomputation with ring attention is refused (train.recompute.check_layout): "
+                         "the ring keeps no probabilities to drop")
     b, s, h, a = batch, tokens, cfg.d_model, cfg.heads
+    blocks = cfg.layers if layers is None else layers
     m = cfg.mlp_ratio * h
     t = tensor
     sl = s // context                                  # the tokens this rank holds between attentions
@@ -83,20 +104,45 @@ def transformer_activation_bytes(cfg, batch: int, tokens: int, *, tensor: int = 
         # its output is the output projection's input itself (laid out as Q is, the heads side by side
         # is a view of it), so the ring adds only each query's log-sum-exp
         layer["ring log-sum-exp"] = a * b * sl // t
+    masks = (s * s if context == 1 else sl * s if attention == "all_gather" else 0) if cfg.causal else 0
+    if recompute == "selective":          # the region's inputs (this rank's Q, K, V) stay; what it made goes
+        layer.pop("attention probabilities")
+        layer["Q, K, V"] = 3 * n_local // t
+        masks = 0
+    elif recompute == "full":             # a block keeps the piece of the line it was given, nothing more
+        layer, masks = {"block inputs": b * sl * h // shard}, 0
     for name, numbers in layer.items():
-        parts[name] = cfg.layers * numbers * itemsize
-    if cfg.causal and context == 1:
-        parts["causal masks"] = cfg.layers * s * s                       # one byte per query-key pair
-    elif cfg.causal and attention == "all_gather":
-        parts["causal masks"] = cfg.layers * sl * s
+        parts[name] = blocks * numbers * itemsize
+    if masks:
+        parts["causal masks"] = blocks * masks                           # one byte per query-key pair
     k = tokens // 16
     # the read-out's input: each digit's mean is a tensor of its own; a causal reader's last tokens are a
     # view of the whole (gathered) line, which the digit head's product then keeps alive
-    read_out = b * s * h if cfg.causal else b * k * h
-    parts["outside the blocks"] = (b * sl * 4 // shard + (b * sl * h + 2 * b * sl) // shard
-                                   + read_out + b * k * 10 + b * 2) * itemsize + 8 * (b * (k + 1) + sl // shard)
+    read_out_input = b * s * h if cfg.causal else b * k * h
+    outside = 0
+    if embedding:                         # the tokens' pixels, and their positions (64-bit)
+        outside += b * sl * 4 // shard * itemsize + 8 * (sl // shard)
+    if read_out:                          # the last LayerNorm, the read-out's input, the logits and labels
+        outside += (((b * sl * h + 2 * b * sl) // shard + read_out_input + b * k * 10 + b * 2) * itemsize
+                    + 8 * b * (k + 1))
+    parts["outside the blocks"] = outside
     parts["total"] = sum(parts.values())
     return parts
+
+
+def full_recompute_peak_bytes(cfg, batch: int, tokens: int, **layout) -> int:
+    """Lesson 14: the most activation bytes a rank holds during the backward pass with full recomputation:
+    what it keeps (``transformer_activation_bytes(..., recompute="full")``) plus one block's activations,
+    rematerialised for that block's backward and freed before the next block's (Chen et al. 2016, "Training
+    deep nets with sublinear memory cost": the peak is the kept checkpoints plus one segment's activations).
+    ``layout``: the keywords of ``transformer_activation_bytes`` (``tensor``, ``sequence_parallel``,
+    ``context``, ``attention``, ``itemsize``); the pipeline's keywords do not apply.  A model, not a count:
+    it leaves out the gradients of the activations in flight and the scores being built
+    (``score_block_bytes``), and assumes what a block kept is freed as soon as its backward ends."""
+    kept = transformer_activation_bytes(cfg, batch, tokens, recompute="full", **layout)["total"]
+    whole = transformer_activation_bytes(cfg, batch, tokens, **layout)
+    one_block = (whole["total"] - whole["outside the blocks"]) // cfg.layers
+    return kept + one_block
 
 
 def score_block_bytes(cfg, batch: int, tokens: int, *, tensor: int = 1, sequence_parallel: bool = False,
@@ -128,3 +174,24 @@ def korthikanti_layer_bytes(tokens: int, batch: int, d_model: int, heads: int, *
     if sequence_parallel:
         return s * b * h / t * (34 + 5 * a * s / h)
     return s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+def mlp_saved_bytes(batch: int, width: int, depth: int = 2, *, policy: str = "fp32", inputs: int = 64,
+                    classes: int = 10) -> dict[str, int]:
+    """Lesson 14: ``mlp_activation_bytes`` under a precision policy of ``precision.mixed``, in two parts.
+
+    Under autocast (bf16, fp16, and bf16 master weights, whose forward also runs under it) each ``Linear``
+    keeps its input cast to 16 bits (2 bytes), the ReLUs' outputs are 16-bit, and the loss is computed in
+    fp32 (autocast widens softmax's input): per sample ``2 inputs + 2 depth width + 4 classes + 8``.
+    ``"weight copies"``: autocast casts each fp32 weight to 16 bits for its product and keeps the copy for
+    the input's gradient; the first layer's input needs none, so the others' weights, 2 bytes each.
+    bf16 master weights are 16-bit already: no copy.  fp32: ``mlp_activation_bytes`` and no copies."""
+    if policy == "fp32":
+        return {"activations": mlp_activation_bytes(batch, width, depth, inputs=inputs, classes=classes),
+                "weight copies": 0}
+    if policy not in ("bf16", "fp16", "bf16_master"):
+        raise ValueError(f"policy must be fp32, bf16, fp16 or bf16_master, got {policy!r}")
+    activations = batch * (2 * inputs + 2 * depth * width + 4 * classes + 8)
+    copies = 0 if policy == "bf16_master" else 2 * (width * width * (depth - 1) + width * classes)
+    return {"activations": activations, "weight copies": copies}
+

@@ -120,3 +120,28 @@ def transformer_training_flops(shape, batch: int, tokens: int, *, exact: bool = 
     parts = transformer_multiply_adds(shape, tokens, pixels=pixels, per_digit=per_digit)
     total = 3 * 2 * sum(parts.values()) * batch
     return total - 2 * parts["embedding"] * batch if exact else total
+
+
+def recomputed_flops(shape, batch: int, tokens: int, recompute: str, *, pixels: int = 4,
+                     per_digit: int = 16) -> int:
+    """Lesson 14: the forward FLOPs one step computes a second time, in its backward pass, under activation
+    recomputation (``train.recompute``), on ``batch`` lines of ``tokens`` tokens, from the shapes alone.
+
+    ``"full"``: every block's forward again (projections, attention, MLP: 2 x their multiply-adds), so a
+    step costs 4 x forward instead of 3 x (Korthikanti et al. 2022, section 5).  ``"selective"``: only
+    attention's core again, its two products (the scores ``Q K^T`` and the weighted values ``P V``,
+    ``2 s^2 h`` multiply-adds a block); the softmax between them is element-wise work, left out as
+    everywhere in this module and by ``FlopCounterMode``.  Their ratio, ``2 s^2 h / (4 s h^2 + 2 s^2 h
+    + 2 s h m)`` (``s / (6h + s)`` with ``m = 4h``), is what selective costs of full: small while the line
+    is short next to six times the width, near one when attention's square dominates (the time ratio is
+    larger: the softmax moves bytes FLOPs do not count; ``bench/recompute.py``).  One process, dense blocks
+    (a mixture of experts computes what its routing decides); tests/test_recompute.py holds it to
+    ``FlopCounterMode``."""
+    if recompute not in ("none", "full", "selective"):
+        raise ValueError(f"recompute must be 'none', 'full' or 'selective', got {recompute!r}")
+    if recompute == "none":
+        return 0
+    parts = transformer_multiply_adds(shape, tokens, pixels=pixels, per_digit=per_digit)
+    again = ("attention scores and values",) if recompute == "selective" else (
+        "projections", "attention scores and values", "MLP")
+    return 2 * batch * sum(parts[name] for name in again)

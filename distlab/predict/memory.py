@@ -49,7 +49,12 @@ from .stage_cut import balanced_starts, stage_of
 PRECISIONS = {            # bytes per parameter of: (parameters, gradients, fp32 master copy)
     "fp32": (4, 4, 0),    # everything in float32: the optimizer updates the parameters themselves
     "mixed": (2, 2, 4),   # 16-bit parameters and gradients, fp32 master weights for the update
+    "autocast": (4, 4, 0),  # lesson 14: torch.autocast: fp32 parameters and gradients; each matrix product
+                            # casts its weight to 16 bits (a copy kept for backward: activations.py)
 }
+# lesson 14: the accounting of each precision policy of ``precision.mixed`` (bf16 and fp16 autocast alike;
+# fp16's loss scaler holds one number, not one per parameter)
+POLICY_ACCOUNTING = {"fp32": "fp32", "bf16": "autocast", "fp16": "autocast", "bf16_master": "mixed"}
 OPTIMIZER_STATE = {       # fp32 bytes of state per parameter, besides any master copy
     "sgd": 0,             # plain SGD keeps nothing between steps
     "momentum": 4,        # one velocity per parameter
@@ -220,3 +225,48 @@ def largest_model(budget_bytes: float, world_size: int, *, activations: float = 
 def zero_paper_example() -> dict[int, float]:
     """Lesson 08: the ZeRO paper's figure 1, Psi = 7.5e9, N = 64, Adam in mixed precision, in GB."""
     return {s: per_rank(7.5e9, 64, stage=s).total / 1e9 for s in STAGES}
+
+
+def bytes_per_parameter(policy: str, optimizer: str = "adam") -> dict[str, int]:
+    """Lesson 14: what one parameter costs a rank that holds a whole copy, by category, under a precision
+    policy of ``precision.mixed`` (``POLICY_ACCOUNTING``): ``params``, ``grads``, ``master`` (the fp32 copy
+    the optimizer updates) and ``optimizer`` (its own state).  With Adam: fp32 16, bf16 master 16 (the
+    ZeRO paper's 2 + 2 + 12, and the Ultra-Scale Playbook's count without fp32 gradients), autocast 16
+    plus a 2-byte copy of each weight while a step runs (``activations.mlp_saved_bytes``)."""
+    if policy not in POLICY_ACCOUNTING:
+        raise ValueError(f"policy must be one of {sorted(POLICY_ACCOUNTING)}, got {policy!r}")
+    if optimizer not in OPTIMIZER_STATE:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_STATE)}, got {optimizer!r}")
+    p, g, master = PRECISIONS[POLICY_ACCOUNTING[policy]]
+    return {"params": p, "grads": g, "master": master, "optimizer": OPTIMIZER_STATE[optimizer]}
+
+
+OFFLOADS = ("none", "optimizer", "params")
+
+
+def offload_bytes(params, world_size: int, offload: str = "optimizer", **settings) -> dict:
+    """Lesson 14: ``per_rank``'s bytes split between the accelerator and the host's memory when some of
+    them are moved off the accelerator, and the bytes that cross between the two each step.
+
+    * ``"optimizer"``, ZeRO-Offload (Ren et al. 2021, "ZeRO-Offload", section 4): the optimizer's state
+      and the fp32 master copy live on the host and the update runs there; the gradients this rank keeps
+      go down to it and the parameters its optimizer updated (its shard, from ZeRO-1 on) come back;
+    * ``"params"``, as FSDP2's ``CPUOffloadPolicy`` and ZeRO-Infinity also keep the (sharded) parameters
+      on the host: they come up for the forward and again for the backward (FSDP frees them between),
+      and the gradients go down: ``2 params + grads`` bytes a step.
+    Activations stay on the accelerator.  On a machine without one (a CPU rank) there is no second
+    memory: these are the numbers a GPU run would show, not something a CPU run can measure."""
+    if offload not in OFFLOADS:
+        raise ValueError(f"offload must be one of {OFFLOADS}, got {offload!r}")
+    m = per_rank(params, world_size, **settings)
+    if offload == "none":
+        return {"device": m.total, "host": 0.0, "traffic": 0.0}
+    host = m.optimizer + m.grads + (m.params if offload == "params" else 0.0)
+    if offload == "params":
+        traffic = m.grads + 2 * m.params
+    else:   # the elements this rank's optimizer updates: momentum keeps one fp32 number for each
+        updated = per_rank(params, world_size, **{**settings, "precision": "fp32", "optimizer": "momentum",
+                                                  "master_copy": False}).optimizer / 4
+        traffic = m.grads + PRECISIONS[settings.get("precision", "mixed")][0] * updated
+    return {"device": m.total - host, "host": host, "traffic": traffic}
+

@@ -7,6 +7,8 @@
 - ``step``     the one micro-step: forward, the model's own loss (plus its layers' extra losses), backward;
                the precision slot; every optimizer (lesson 01)
 - ``flops``    the FLOPs of a real step, counted as PyTorch runs it (lesson 05)
+- ``memory_held``  the bytes a rank really holds, by category, counted on its tensors (lessons 08 and 14)
+- ``recompute``    activation recomputation as one model transform: none, full or selective (lesson 14)
 - ``reduce``   the one gradient reducer: each gradient summed over the ranks that hold parts of it (its
                purpose group of the mesh) and divided by the batch's shares; by hand or fused (lessons 01, 12, 13)
 """

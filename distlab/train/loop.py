@@ -125,14 +125,15 @@ class Run:
 def start(worker, *, model: str, width: int, lr: float, seed: int, dtype: str, method: str,
           config: dict, shard: tuple[int, int] | None = None, depth: int = 2,
           optimizer: str = "sgd", dataset: str = "digits", samples: int | None = None,
-          data_root: str | None = None) -> Run:
+          data_root: str | None = None, precision: Precision = FP32) -> Run:
     """Lesson 01: load the data, build the model from ``seed``, make the optimizer and the record.
 
     ``shard=(position, of)`` says whose share of the data this rank trains on (default: its
     own rank among all ranks); the record keeps those sample indices.  ``optimizer``
     (lesson 08): plain ``"sgd"`` unless told otherwise.  ``dataset``, ``samples``, ``data_root``
     (lesson 05): which data (``datasets.load_dataset``); distorted digits are made batch by batch
-    (``Run.batch``), so ``Run.x`` and ``Run.y`` are None for them.
+    (``Run.batch``), so ``Run.x`` and ``Run.y`` are None for them.  ``precision`` (lesson 14) is the run's
+    ``Precision``: it may store the model in 16 bits and give the optimizer an fp32 master copy to update.
     """
     data = load_dataset(dataset, samples, seed=seed, root=data_root, dtype=DTYPES[dtype])
     net = build_model(model, width, seed=seed, dtype=DTYPES[dtype], depth=depth,
@@ -143,7 +144,7 @@ def start(worker, *, model: str, width: int, lr: float, seed: int, dtype: str, m
     in_memory = hasattr(data, "x_train")
     return Run(worker, data, data.x_train.to(worker.device) if in_memory else None,
                data.y_train.to(worker.device) if in_memory else None, net, net,
-               make_optimizer(optimizer, net.parameters(), lr), record)
+               make_optimizer(optimizer, precision.prepare(net), lr), record, precision=precision)
 
 
 class Done(NamedTuple):
@@ -173,7 +174,7 @@ class Strategy:
         """One training step on the mini-batch ``(x, y)``: forward, backward, communicate, update."""
         k, wanted = self.accumulate, step in run.grads_at
         # DDP and Horovod average inside backward: compute this rank's own gradient on the side
-        local = own_gradients(run.model, x, y, run.layers) if wanted and self.in_backward else None
+        local = own_gradients(run.model, x, y, run.layers, run.precision) if wanted and self.in_backward else None
         self.before_step(run, step)
         t_start = run.clock()
         if step % k == 0:
@@ -208,7 +209,8 @@ class Strategy:
         pass
 
     def finish(self, run: Run) -> None:
-        """Lesson 01: the record's last entries: test accuracy and the final parameters."""
+        """Lesson 01: the record's last entries: test accuracy and the final parameters (lesson 14: and the
+        loss scale's trace)."""
         device = run.worker.device
         run.record.test_accuracy = evaluate(run.model, run.data.x_test.to(device), run.data.y_test.to(device))
         run.record.params = {n: p.detach().cpu().clone() for n, p in run.model.named_parameters()}
@@ -274,17 +276,21 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
     return record
 
 
-def own_gradients(model, x, y, layers) -> dict[str, torch.Tensor]:
-    """This rank's own gradient of ``layers``, computed on the plain model: no all-reduce happens."""
+def own_gradients(model, x, y, layers, precision: Precision = FP32) -> dict[str, torch.Tensor]:
+    """This rank's own gradient of ``layers``, computed on the plain model: no all-reduce happens (under
+    the run's precision: lesson 14's 16-bit forward, unscaled)."""
     params = [(n, p) for n, p in model.named_parameters() if n in layers]
-    grads = torch.autograd.grad(model.loss(model(x), y)[0], [p for _, p in params])
+    with precision.autocast():
+        loss = model.loss(model(x), y)[0]
+    grads = torch.autograd.grad(loss, [p for _, p in params])
     return {n: g.detach().cpu().clone() for (n, _), g in zip(params, grads)}
 
 
 @torch.no_grad()
 def evaluate(model, x, y) -> float:
-    """Lesson 01: accuracy on a held-out set."""
+    """Lesson 01: accuracy on a held-out set (images in the parameters' number type: lesson 14's
+    16-bit parameters read 16-bit images)."""
     model.eval()
-    accuracy = (model(x).argmax(1) == y).double().mean().item()
+    accuracy = (model(x.to(next(model.parameters()).dtype)).argmax(1) == y).double().mean().item()
     model.train()
     return accuracy

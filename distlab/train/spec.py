@@ -10,7 +10,7 @@ the one list (as nanoGPT's ``GPTConfig`` is for its model), in four sections tha
                  d_model), ``depth`` (hidden layers, or blocks), the transformer's heads, line length
                  (``digits``) and mask, and its experts (``experts`` > 0: a mixture in every block)
 ``data``         which digits, how many, the seed every rank draws the model and the batches from
-``training``     steps, the global batch, learning rate, optimizer, number type
+``training``     steps, the global batch, learning rate, optimizer, number type, activation recomputation
 ``parallel``     the mesh: ``data``, ``pipeline``, ``expert``, ``context``, ``tensor`` (one of them may be -1,
                  "the ranks the others leave"); the pipeline's micro-batches and schedule; and the levers
                  of each axis (how gradients are reduced, sequence parallelism, ring or all-gathered
@@ -66,6 +66,8 @@ class TrainingSpec:
     lr: float = 0.1
     optimizer: str = "sgd"            # "sgd", "momentum" or "adam" (``train.step.OPTIMIZERS``)
     dtype: str = "float32"
+    recompute: str = "none"           # activation recomputation (lesson 14): "none", "full" (every block) or
+                                      # "selective" (attention's core); the transformer's (``train.recompute``)
 
 
 @dataclass(frozen=True)

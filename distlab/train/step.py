@@ -31,11 +31,17 @@ from torch import nn
 @dataclass(frozen=True)
 class Precision:
     """Lesson 01: how a micro-step computes: here fp32 as built (no autocast, no loss scaling).  The slot
-    the memory levers fill: ``autocast()`` the context forward runs in, ``scale(loss)`` what backward
-    starts from (a loss scaler multiplies it), ``step(optimizer)`` the update (a loss scaler unscales the
-    gradients first, and skips an update whose gradients overflowed)."""
+    the memory levers fill (lesson 14): ``prepare(model)`` what the optimizer updates, ``autocast()`` the
+    context forward runs in, ``scale(loss)`` what backward starts from (a loss scaler multiplies it),
+    ``step(optimizer)`` the update (a loss scaler unscales the gradients first, and skips an update whose
+    gradients overflowed)."""
 
     name: str = "fp32"
+
+    def prepare(self, model: nn.Module) -> list:
+        """What the optimizer updates (lesson 14): the model's own parameters, unless the precision
+        keeps them in 16 bits and hands the optimizer an fp32 master copy instead."""
+        return list(model.parameters())
 
     def autocast(self):
         return nullcontext()

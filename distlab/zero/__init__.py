@@ -4,5 +4,6 @@
 - ``fsdp``             ZeRO-3 with PyTorch's FSDP2 (``fully_shard``)
 - ``deepspeed_zero``   ZeRO 0-3 with DeepSpeed itself; ``deepspeed_state`` its checkpoints, ``deepspeed_setup``
                        its accelerator and compiled op
-- ``memory_held``      the bytes a rank really holds, by category, counted on its tensors
+
+(The bytes a rank really holds are counted by ``train.memory_held``: lesson 14's precisions count with it too.)
 """

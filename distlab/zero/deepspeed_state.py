@@ -7,7 +7,7 @@ parameters; a DeepSpeed upgrade that moves them changes this file only.
 """
 from __future__ import annotations
 
-from .memory_held import held_bytes
+from ..train.memory_held import held_bytes
 
 
 class Stage3Optimizer:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from torch.distributed.fsdp import fully_shard
 
 from ..comm.collectives import check_torchrun
-from .memory_held import held_bytes
+from ..train.memory_held import held_bytes
 from ..train.step import make_optimizer
 from ..train.loop import Run, Strategy, train_steps
 from .zero import STAGES, check_train, start_sharded

@@ -46,7 +46,8 @@ import time
 import torch
 
 from ..comm.collectives import check_torchrun
-from .memory_held import held_bytes
+from ..precision import mixed
+from ..train.memory_held import held_bytes
 from ..data_parallel.data_parallel import per_rank_batch, validate_args
 from ..data import rank_batch
 from ..train.step import make_optimizer
@@ -96,7 +97,8 @@ class ShardedOptimizer(Strategy):
             self.flat_grad = torch.zeros_like(self.flat)
             for p, view in zip(params, views(self.flat_grad, params)):   # backward adds into them
                 p.grad = view
-        run.optimizer = make_optimizer(self.optimizer, [self.shard], self.lr)
+        run.optimizer = make_optimizer(self.optimizer, shard_precision(run, self.worker, params, self.flat,
+                                                                         self.mine, self.shard), self.lr)
 
     def communicate(self, run: Run, step: int) -> tuple[float, float]:
         """Reduce-scatter: my shard of everyone's summed gradient, averaged."""
@@ -116,11 +118,12 @@ class ShardedOptimizer(Strategy):
         return start_t, time.time()
 
     def update(self, run: Run, step: int) -> None:
-        """Update my shard, then all-gather the shards into everyone's parameters."""
-        run.optimizer.step()
+        """Update my shard (through the precision: lesson 14), then all-gather the shards into everyone's
+        parameters."""
+        run.precision.step(run.optimizer)
         if self.stage:                                 # (stage 0 updated everything itself)
             self.flat.copy_(torch.cat(self.worker.all_gather(self.shard)))
-        self.held = held_bytes(run.model, run.optimizer)   # what this rank holds between steps
+        self.held = held_bytes(run.model, run.optimizer, more_grads=[self.shard.grad])   # held between steps
 
 
 class OverlappedStage2(Strategy):
@@ -176,33 +179,59 @@ class OverlappedStage2(Strategy):
         self.held = held_bytes(run.model, run.optimizer)
 
 
+def shard_precision(run: Run, worker, params, flat: torch.Tensor, mine: slice, shard: torch.Tensor) -> list:
+    """Lesson 14: what the optimizer updates, with the run's precision sharded as ZeRO shards the rest.
+
+    fp32 and autocast: the shard itself.  bf16 master weights: an fp32 master of this rank's shard only
+    (the ZeRO paper's K = 12 counts the master copy with the optimizer's state, 1/N of it per rank), cut
+    from the whole model's masters ``start`` made, which then go: the policy's pairs become (shard, its
+    master).  fp16's loss scaler sees only this rank's shard of the gradients, so the ranks agree on
+    "finite" with one all-reduce before anyone steps (PyTorch's ``ShardedGradScaler`` does the same)."""
+    policy = run.precision
+    if isinstance(policy, mixed.ScaledAutocast):
+        object.__setattr__(policy, "agree",     # (the policy is frozen; this run's own, made by ``start``)
+                           lambda finite: bool(worker.all_reduce(torch.tensor([0.0 if finite else 1.0]))[0] == 0))
+    if not isinstance(policy, mixed.MasterWeights):
+        return [shard]
+    masters = torch.zeros(flat.numel(), dtype=torch.float32, device=flat.device)
+    for (_, master), view in zip(policy.pairs, views(masters, params)):
+        view.copy_(master)
+    worker.broadcast(masters, src=0)
+    policy.pairs[:] = [(shard, masters[mine].clone())]
+    return [policy.pairs[0][1]]
+
+
 def start_sharded(worker, method: str, *, optimizer: str, model: str, width: int, depth: int,
                   batch_size: int | None, global_batch_size: int | None, steps: int, lr: float, seed: int,
-                  dtype: str, **more) -> tuple[Run, object]:
+                  dtype: str, precision: str = "fp32", **more) -> tuple[Run, object]:
     """Lesson 08: what every ZeRO training here starts from (by hand, FSDP2, DeepSpeed): the run,
-    its record's config (with ``more``, e.g. the stage), and this rank's batches, ``batch_at(step)``."""
+    its record's config (with ``more``, e.g. the stage), and this rank's batches, ``batch_at(step)``.
+    ``precision`` (lesson 14): ``mixed.policy``'s name."""
     b = per_rank_batch(worker.world_size, batch_size, global_batch_size)
     run = start(worker, model=model, width=width, lr=lr, seed=seed, dtype=dtype, method=method,
                 config=dict(model=model, width=width, depth=depth, batch_size=b, steps=steps, lr=lr,
-                            seed=seed, dtype=dtype, optimizer=optimizer, **more),
-                depth=depth, optimizer=optimizer)
+                            seed=seed, dtype=dtype, optimizer=optimizer, **more, **mixed.named(precision)),
+                depth=depth, optimizer=optimizer, precision=mixed.policy(precision, worker.device.type))
     n, rank, world = run.data.n_train, worker.rank, worker.world_size
     return run, lambda step: rank_batch(n, rank, world, b, step, seed=seed)
 
 
 def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp", width: int = 64,
           depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
-          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32", overlap: bool = False):
+          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32", overlap: bool = False,
+          precision: str = "fp32"):
     """Lesson 08: train with hand-written ZeRO ``stage`` 1 or 2 (0: plain data parallelism); return
-    this rank's record.
+    this rank's record.  ``precision`` (lesson 14): ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"bf16_master"``
+    (``shard_precision``; not with ``overlap``).
 
     The record's ``memory`` holds the bytes this rank held after the last update, by category
-    (``zero.memory_held.held_bytes``): what the memory model predicts.  ``overlap=True``
+    (``train.memory_held.held_bytes``): what the memory model predicts.  ``overlap=True``
     (stage 2 only): the optimised version, ``OverlappedStage2``.
     """
     run, batch_at = start_sharded(worker, f"zero{stage}", optimizer=optimizer, model=model, width=width,
                                   depth=depth, batch_size=batch_size, global_batch_size=global_batch_size,
-                                  steps=steps, lr=lr, seed=seed, dtype=dtype, stage=stage, overlap=overlap)
+                                  steps=steps, lr=lr, seed=seed, dtype=dtype, stage=stage, overlap=overlap,
+                                  precision=precision)
     strategy = OverlappedStage2(worker, optimizer, lr) if overlap else ShardedOptimizer(worker, stage, optimizer, lr)
     record = train_steps(run, strategy, steps, batch_at)
     record.memory = getattr(strategy, "held", {})    # (no step left to run after resuming: nothing measured)
@@ -212,7 +241,8 @@ def train(worker, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp"
 def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", model: str = "mlp",
                 width: int = 64, depth: int = 2, batch_size=None, global_batch_size=None,
                 steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32",
-                overlap: bool = False, backend: str = "torchrun", device: str = "cpu") -> None:
+                overlap: bool = False, backend: str = "torchrun", device: str = "cpu",
+                precision: str = "fp32") -> None:
     """Lesson 08: a ZeRO job's settings, checked before any process starts."""
     if backend != "torchrun":
         raise ValueError("zero.train runs on launch(backend='torchrun') only: its reduce-scatter and all-gather "
@@ -221,9 +251,13 @@ def check_train(world_size: int, *, stage: int = 2, optimizer: str = "adam", mod
         raise ValueError(f"the hand-written ZeRO has stages {STAGES}; stage 3 is FSDP2 or DeepSpeed")
     if overlap and stage != 2:
         raise ValueError(f"overlap=True is the optimised stage 2; stage {stage} has no such version here")
+    if overlap and precision != "fp32":
+        raise ValueError(f"precision={precision!r} with overlap=True: the overlapped stage 2 keeps one shard per "
+                         "parameter and updates them in fp32 only; use overlap=False")
     validate_args(world_size, method="by_hand", collective="dist", model=model, width=width,
                   batch_size=batch_size, global_batch_size=global_batch_size, steps=steps, lr=lr,
-                  dtype=dtype, straggler=None, warmup_steps=0, depth=depth, optimizer=optimizer)
+                  dtype=dtype, straggler=None, warmup_steps=0, depth=depth, optimizer=optimizer,
+                  precision=precision)
 
 
 train.validate_args = check_train

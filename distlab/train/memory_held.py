@@ -27,7 +27,7 @@ def _storage(tensor: torch.Tensor) -> tuple[int, int]:
 
 
 def held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-               more_params=()) -> dict[str, int]:
+               more_params=(), more_grads=()) -> dict[str, int]:
     """Lesson 08: bytes of the parameters, gradients and optimizer state this rank holds now.
 
     Parameters are the model's; gradients are the ``.grad`` of the model's parameters and of
@@ -36,7 +36,8 @@ def held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None =
     the model's: a copy of (a shard of) the parameters that the optimizer updates, as
     DeepSpeed's fp32 master copy (a shard that is a *view* of the model's parameters, as in
     ``zero/zero.py``, shares their storage and is not counted again).  ``more_params``:
-    parameter storage the model does not show (DeepSpeed's stage-3 shards, ``ds_tensor``).
+    parameter storage the model does not show (DeepSpeed's stage-3 shards, ``ds_tensor``); ``more_grads``:
+    gradients neither shows (lesson 14: ZeRO's 16-bit gradient shard, whose fp32 master the optimizer updates).
     """
     seen: set[int] = set()
     out = dict.fromkeys(CATEGORIES, 0)
@@ -53,7 +54,7 @@ def held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None =
     params = list(model.parameters())
     updated = [p for group in optimizer.param_groups for p in group["params"]] if optimizer else []
     add("params", params + list(more_params))
-    add("grads", [p.grad for p in params + updated])
+    add("grads", [p.grad for p in params + updated] + list(more_grads))
     if optimizer is not None:
         add("optimizer", updated + [v for state in optimizer.state.values() for v in state.values()])
     return out
@@ -81,3 +82,62 @@ def activation_bytes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, l
         loss = loss_fn(model(x), y)
     del loss
     return sum(saved.values())
+
+
+def held_by_category(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Lesson 14: ``held_bytes`` with the master copy apart from the optimizer's own state: the tensors
+    the optimizer updates that are not the model's parameters (an fp32 master copy, ``precision.mixed.
+    MasterWeights``).  The four add up to ``held_bytes``'s three."""
+    out = held_bytes(model, optimizer)
+    params = {_storage(p)[0] for p in model.parameters()}
+    masters = {ptr: n for ptr, n in (_storage(p) for group in optimizer.param_groups for p in group["params"])
+               if ptr not in params and n}
+    out["master"] = sum(masters.values())
+    out["optimizer"] -= out["master"]
+    return out
+
+
+def _copy_of_parameter(t: torch.Tensor) -> bool:
+    """Lesson 14: is ``t`` a cast of a parameter (autocast's 16-bit copy of a weight, or a view of one)?
+    Its autograd history leads, through views and casts only, to a leaf that accumulates a gradient."""
+    fn = t.grad_fn
+    while fn is not None and type(fn).__name__ in ("TBackward0", "ToCopyBackward0", "ViewBackward0",
+                                                   "TransposeBackward0", "PermuteBackward0"):
+        nxt = fn.next_functions[0][0] if fn.next_functions else None
+        if nxt is not None and type(nxt).__name__ == "AccumulateGrad":
+            return True
+        fn = nxt
+    return False
+
+
+def saved_bytes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, precision=None) -> dict[str, int]:
+    """Lesson 14: what one mini-batch's forward keeps for backward, as ``activation_bytes`` counts it,
+    in two parts: ``"activations"`` and ``"weight copies"``, the 16-bit casts of the weights that
+    ``torch.autocast`` makes for each matrix product and keeps for its backward (2 bytes a weight
+    whose product needs an input gradient: autocast saves no parameter memory, it adds to it).
+    ``precision``: a ``train.step.Precision`` whose ``autocast()`` the forward runs in."""
+    from contextlib import nullcontext
+
+    params = {_storage(p)[0] for p in model.parameters()}
+    saved: dict[str, dict[int, int]] = {"activations": {}, "weight copies": {}}
+
+    def pack(t: torch.Tensor):
+        ptr, nbytes = _storage(t)
+        if ptr not in params:
+            saved["weight copies" if _copy_of_parameter(t) else "activations"][ptr] = nbytes
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with precision.autocast() if precision is not None else nullcontext():
+            out = model(x)
+            loss = model.loss(out, y)[0] if hasattr(model, "loss") else torch.nn.functional.cross_entropy(out, y)
+    del loss
+    return {k: sum(v.values()) for k, v in saved.items()}
+
+
+def training_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                   precision=None) -> dict[str, int]:
+    """Lesson 14: a rank's bytes by category: what it holds between steps (``held_by_category``) and
+    what one more forward of the mini-batch ``(x, y)`` keeps for backward (``saved_bytes``)."""
+    return {**held_by_category(model, optimizer), **saved_bytes(model, x, y, precision)}
+
