@@ -43,7 +43,7 @@ def test_toml_and_yaml_round_trip(tmp_path):
     (["training.lr=-1"], "training.lr = -1: Input should be greater than 0"),
     (["training.optimizer=lamb"], "training.optimizer = 'lamb': Input should be 'sgd', 'momentum' or 'adam'"),
     (["training.learning_rate=0.1"], "training.learning_rate: unknown key (allowed here: steps, global_batch_size, "
-                                     "lr, optimizer, dtype, recompute)"),
+                                     "lr, optimizer, dtype, recompute, precision)"),
     (["optimiser.lr=0.1"], "optimiser: unknown key (allowed here: model, data, training, parallel, launch, "
                            "checkpoint, logging, fault)"),
     (["training.global_batch_size=50", "launch.processes_per_node=4"],

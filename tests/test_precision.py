@@ -227,3 +227,29 @@ def test_zero_shards_the_master_copy_and_the_loss_scalers_verdict():
                     assert ranks[0].memory[category] == pytest.approx(getattr(want, category), rel=0.01), category
     with pytest.raises(ValueError, match="overlapped stage 2"):
         distlab.launch(zero.train, world_size=2, stage=2, overlap=True, precision="bf16", progress="none")
+
+
+def test_every_precision_runs_on_the_transformers_axes_like_one_process():
+    """Lesson 14 on the five-axis trainer: one 4-rank mesh, data 2 x tensor 2 with sequence parallelism, then
+    context 2 (the ring) x expert 2 (two experts a block), per precision: the copies of the data axis stay
+    identical, fp16's verdict on overflow is every rank's, and the loss ends where one process's does in the
+    same precision (16-bit sums in another order: within 10%)."""
+    import distlab
+    from distlab.parallelize import trainer
+
+    base = dict(steps=10, global_batch_size=16, lr=3e-3)
+    for layout in (dict(data=2, tensor=2, sequence_parallel=True), dict(context=2, expert=2, experts=2, data=1)):
+        for precision in ("bf16", "fp16", "bf16_master"):
+            ranks = distlab.launch(trainer.train, world_size=4, precision=precision, progress="none", **layout,
+                                   **base)
+            one = trainer.train_single(world_size=4, precision=precision, **layout, **base)
+            assert 0.9 <= tail(ranks[0].losses, 4) / tail(one.losses, 4) <= 1.1, (layout, precision)
+            assert all(r.loss_scale == ranks[0].loss_scale for r in ranks)
+            assert len(ranks[0].loss_scale) == (10 if precision == "fp16" else 0)
+            assert precision in ranks[0].method
+            if layout.get("data") == 2:       # ranks 0 and 2 hold the same tensor slice in the two replicas
+                assert distlab.max_param_difference(ranks[0].params, ranks[2].params) == 0.0
+            want = torch.bfloat16 if precision == "bf16_master" else torch.float32
+            assert all(p.dtype == want for p in ranks[0].params.values())
+    with pytest.raises(ValueError, match="with a pipeline: its stages' messages are planned in fp32"):
+        distlab.launch(trainer.train, world_size=2, pipeline=2, precision="bf16", progress="none")

@@ -154,7 +154,8 @@ class ExpertParallelMoE(nn.Module):
         cpu = time.thread_time() - cpu
         clock.append(time.time())
         back = _Exchange.apply(done, recv, send, self.swap, self.traffic, me)
-        out = torch.zeros_like(tokens).index_add(0, token, routing.gate[token, choice, None] * back)
+        # (.to: under lesson 14's autocast the experts answer in 16 bits, the stream they add into is fp32)
+        out = torch.zeros_like(tokens).index_add(0, token, (routing.gate[token, choice, None] * back).to(tokens.dtype))
         clock.append(time.time())
         asked = torch.bincount(routing.expert.reshape(-1), minlength=cfg.experts)
         kept = torch.bincount(expert, minlength=cfg.experts)

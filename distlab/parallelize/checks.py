@@ -22,6 +22,7 @@ from ..tensor.sequence_parallel import check_split
 from ..tensor.tensor_parallel import check_tensor_parallel
 from ..sequence.transformer import TransformerConfig
 from ..train.reduce import METHODS
+from ..precision import mixed
 from ..train import recompute
 from ..train.spec import TrainSpec
 from ..train.step import check_optimizer
@@ -45,6 +46,11 @@ def check(world_size: int, spec: TrainSpec, backend: str = "torchrun", device: s
             raise ValueError(f"{name}={getattr(p, name)!r} is a setting of the MLP's strategies (zero, pipeline "
                              "interleaved, local_sgd), which the five-axis trainer does not use: leave it out")
     sizes = check_mesh(world_size, p.mesh)
+    mixed.check(t.precision, t.dtype)
+    if t.precision != "fp32" and sizes["pipeline"] > 1:
+        raise ValueError(f"precision={t.precision!r} with a pipeline: its stages' messages are planned in fp32 "
+                         "(lesson 06), and 16-bit activations between stages are not built yet; use "
+                         "precision='fp32' with pipeline > 1")
     recompute.check_layout(t.recompute, kind=m.kind, context=sizes["context"], attention=p.attention)
     if m.kind == "transformer":
         _check_lines(spec, sizes, backend)

@@ -124,13 +124,14 @@ def _common(*more: Arg, batch: str = "") -> tuple[Arg, ...]:
 MODEL = (Arg("model", "model.kind"), Arg("depth", "model.depth"))
 DTYPE = Arg("dtype", "training.dtype")
 OPTIMIZER = Arg("optimizer", "training.optimizer")
+PRECISION = Arg("precision", "training.precision")
 PIPELINE = (Arg("micro_batches", "parallel.micro_batches"), Arg("schedule", "parallel.schedule"))
 
 STRATEGIES: dict[str, Recipe] = {s.name: s for s in (
     Recipe("data", "distlab.data_parallel.data_parallel:train", "01",
              "data parallelism: every rank a full copy, gradients averaged",
-             _common(*MODEL, DTYPE, OPTIMIZER, Arg("method", "parallel.method"), Arg("dataset", "data.dataset"),
-                     Arg("samples", "data.samples"), Arg("data_root", "data.root")),
+             _common(*MODEL, DTYPE, OPTIMIZER, PRECISION, Arg("method", "parallel.method"),
+                     Arg("dataset", "data.dataset"), Arg("samples", "data.samples"), Arg("data_root", "data.root")),
              fixed={"record_grads_at": ()}),
     Recipe("local_sgd", "distlab.data_parallel.local_sgd:train", "04",
              "talk every k steps: local SGD or gradient accumulation",
@@ -153,7 +154,7 @@ STRATEGIES: dict[str, Recipe] = {s.name: s for s in (
              _common(Arg("depth", "model.depth"), Arg("pipeline", "parallel.pipeline"),
                      Arg("tensor", "parallel.tensor"), *PIPELINE), shares_batch=""),
     Recipe("zero", "distlab.zero.zero:train", "08", "ZeRO stages 0-2 written by hand",
-             _common(*MODEL, DTYPE, OPTIMIZER, Arg("stage", "parallel.zero_stage"))),
+             _common(*MODEL, DTYPE, OPTIMIZER, PRECISION, Arg("stage", "parallel.zero_stage"))),
     Recipe("fsdp", "distlab.zero.fsdp:train", "08",
              "ZeRO stage 3 with PyTorch's FSDP2", _common(*MODEL, DTYPE, OPTIMIZER)),
     Recipe("deepspeed", "distlab.zero.deepspeed_zero:train", "08", "DeepSpeed's ZeRO, stages 0-3",

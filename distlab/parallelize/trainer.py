@@ -22,6 +22,7 @@ from ..pipeline import schedules
 from ..train.loop import Done, Run, Strategy, train_steps
 from ..train.mesh import Mesh, check_mesh
 from ..pipeline.pipeline import PipelineSchedule
+from ..precision import mixed
 from ..processes.cores import one_thread
 from ..processes.worker import Worker
 from ..records import RankRecord
@@ -56,12 +57,12 @@ class MicroSteps(Strategy):
         loss = accuracy = 0.0
         for xs, ys in zip(x.chunk(self.m), y.chunk(self.m)):
             with self.watch.forward() if self.watch else nullcontext():
-                part_loss, part_accuracy = micro_step(run.model, xs, ys, share=self.m)
+                part_loss, part_accuracy = micro_step(run.model, xs, ys, share=self.m, precision=run.precision)
             loss, accuracy = loss + part_loss / self.m, accuracy + part_accuracy / self.m
         t_compute_end = run.clock()
         self.par.reducer.reduce()
         comm = (t_compute_end, run.clock())
-        run.optimizer.step()
+        run.precision.step(run.optimizer)          # lesson 14: fp16 unscales and may skip; bf16 master rounds
         if self.watch:
             self.watch.after()
         return Done(loss, accuracy, t_start, t_compute_end, comm)
@@ -71,13 +72,15 @@ class MicroSteps(Strategy):
         """The test accuracy (the transformer's: each digit's, and how often the line's check was read right),
         and this rank's parameters under one process's names (PyTorch's split tensors gathered whole)."""
         run.model.eval()
-        run.record.test_accuracy, more = self.work.evaluate(run.model, run.worker.device)
+        with run.precision.autocast():      # lesson 14: a 16-bit model reads its test lines in 16 bits
+            run.record.test_accuracy, more = self.work.evaluate(run.model, run.worker.device)
         run.model.train()
         run.record.config.update(more)
         if self.watch:
             self.watch.finish(run.data)
         run.record.params = {n: getattr(p, "full_tensor", lambda p=p: p)().detach().cpu().clone()
                              for n, p in self.par.params.items()}
+        run.record.loss_scale = run.precision.trace()            # lesson 14: fp16's scale, step by step
 
 
 def describe_layout(spec: TrainSpec, sizes: dict) -> str:
@@ -94,6 +97,8 @@ def describe_layout(spec: TrainSpec, sizes: dict) -> str:
         what += f" (all-to-all {p.all_to_all.replace('_', ' ')})"
     if spec.training.recompute != "none":
         what += f", {spec.training.recompute} recomputation"
+    if spec.training.precision != "fp32":
+        what += f", {spec.training.precision}"
     return what
 
 
@@ -119,7 +124,10 @@ def train(worker, spec: TrainSpec) -> RankRecord:
     par = parallelize(model, worker, mesh, spec, work.data.x_test[:1].to(worker.device))
     what = describe_layout(spec, mesh.sizes)
     record = _record(worker, spec, f"{spec.model.kind}: {what}", mesh)
-    optimizer = make_optimizer(spec.training.optimizer, par.params.values(), spec.training.lr, foreach=False)
+    precision = mixed.policy(spec.training.precision, worker.device.type)      # lesson 14
+    mixed.agree_on_overflow(precision, worker)
+    optimizer = make_optimizer(spec.training.optimizer, precision.prepare(list(par.params.values())),
+                               spec.training.lr, foreach=False)
     m = spec.parallel.micro_batches
     if par.stage is not None:
         p = mesh.size("pipeline")
@@ -129,7 +137,7 @@ def train(worker, spec: TrainSpec) -> RankRecord:
     else:
         watch = Watch(model, par.layout, record) if spec.model.kind == "transformer" else None
         strategy, net, run_model = MicroSteps(par, m, work, watch), model, model
-    run = Run(worker, work.data, *work.tensors(worker.device), run_model, net, optimizer, record)
+    run = Run(worker, work.data, *work.tensors(worker.device), run_model, net, optimizer, record, precision=precision)
     return train_steps(run, strategy, spec.training.steps, work.batches(mesh.share()))
 
 
@@ -163,8 +171,9 @@ def train_single(spec: TrainSpec | None = None, *, world_size: int = 1, **settin
     layout = Layout(alone, None, spec)
     par = Parallelized(model, layout, params, GradientReducer(alone, params))      # nothing to split or reduce
     record = _record(alone, spec, f"{spec.model.kind}, one process")
-    optimizer = make_optimizer(spec.training.optimizer, model.parameters(), spec.training.lr, foreach=False)
-    run = Run(alone, work.data, *work.tensors("cpu"), model, model, optimizer, record)
+    precision = mixed.policy(spec.training.precision)
+    optimizer = make_optimizer(spec.training.optimizer, precision.prepare(model), spec.training.lr, foreach=False)
+    run = Run(alone, work.data, *work.tensors("cpu"), model, model, optimizer, record, precision=precision)
     watch = Watch(model, layout, record) if spec.model.kind == "transformer" else None
     with one_thread():
         return train_steps(run, MicroSteps(par, 1, work, watch), spec.training.steps, work.batches((0, 1)))

@@ -149,11 +149,12 @@ class MasterWeights(Autocast):
     name: str = "bf16_master"
     pairs: list = field(default_factory=list)     # (the model's bf16 parameter, its fp32 master)
 
-    def prepare(self, model: torch.nn.Module) -> list:
-        """Store the model in ``dtype``; return the fp32 masters, made before rounding (the exact start)."""
+    def prepare(self, model) -> list:
+        """Store the model (a module, or the parameters a rank trains) in ``dtype``; return the fp32 masters,
+        made before rounding (the exact start)."""
         if self.pairs:
             raise ValueError("a MasterWeights policy prepares one model: make a new policy for another")
-        for p in model.parameters():
+        for p in (model.parameters() if isinstance(model, torch.nn.Module) else model):
             master = p.detach().clone().float()
             p.data = p.data.to(self.dtype)
             self.pairs.append((p, master))
@@ -183,6 +184,16 @@ POLICIES = {"fp32": lambda device_type: FP32,
             "bf16": lambda device_type: Autocast(device_type=device_type),
             "fp16": lambda device_type: ScaledAutocast(device_type=device_type),
             "bf16_master": lambda device_type: MasterWeights(device_type=device_type)}
+
+
+def agree_on_overflow(policy: Precision, worker) -> None:
+    """Lesson 14: ranks that each hold part of the gradients (ZeRO's shards; the tensor, context and expert
+    axes' own parameters) must skip the same updates: fp16's scaler decides "finite" with one all-reduce
+    over every rank, so one rank's overflow skips the step everywhere (PyTorch's ``ShardedGradScaler`` does
+    the same).  Other policies have no verdict to share."""
+    if isinstance(policy, ScaledAutocast):
+        object.__setattr__(policy, "agree",      # (the policy is frozen: this run's own, set once at its start)
+                           lambda finite: bool(worker.all_reduce(torch.tensor([0.0 if finite else 1.0]))[0] == 0))
 
 
 def check(name: str, dtype: str = "float32") -> None:

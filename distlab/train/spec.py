@@ -68,6 +68,8 @@ class TrainingSpec:
     dtype: str = "float32"
     recompute: str = "none"           # activation recomputation (lesson 14): "none", "full" (every block) or
                                       # "selective" (attention's core); the transformer's (``train.recompute``)
+    precision: str = "fp32"           # lesson 14: "fp32", "bf16", "fp16" (with a loss scaler) or "bf16_master"
+                                      # (``precision.mixed``); the MLP's data parallelism, ZeRO, the transformer
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,11 @@ class Precision:
 
     name: str = "fp32"
 
-    def prepare(self, model: nn.Module) -> list:
-        """What the optimizer updates (lesson 14): the model's own parameters, unless the precision
-        keeps them in 16 bits and hands the optimizer an fp32 master copy instead."""
-        return list(model.parameters())
+    def prepare(self, model) -> list:
+        """What the optimizer updates (lesson 14): the parameters of ``model`` (a module, or the parameters a
+        rank trains) themselves, unless the precision keeps them in 16 bits and hands the optimizer an fp32
+        master copy instead."""
+        return list(model.parameters() if isinstance(model, nn.Module) else model)
 
     def autocast(self):
         return nullcontext()

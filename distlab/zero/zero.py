@@ -188,9 +188,7 @@ def shard_precision(run: Run, worker, params, flat: torch.Tensor, mine: slice, s
     master).  fp16's loss scaler sees only this rank's shard of the gradients, so the ranks agree on
     "finite" with one all-reduce before anyone steps (PyTorch's ``ShardedGradScaler`` does the same)."""
     policy = run.precision
-    if isinstance(policy, mixed.ScaledAutocast):
-        object.__setattr__(policy, "agree",     # (the policy is frozen; this run's own, made by ``start``)
-                           lambda finite: bool(worker.all_reduce(torch.tensor([0.0 if finite else 1.0]))[0] == 0))
+    mixed.agree_on_overflow(policy, worker)
     if not isinstance(policy, mixed.MasterWeights):
         return [shard]
     masters = torch.zeros(flat.numel(), dtype=torch.float32, device=flat.device)
