@@ -67,8 +67,9 @@ class Training(Section):
         "none", description="strategy transformer: activation recomputation (lesson 14): none, full (every block "
                             "forward again in backward) or selective (only attention's scores, softmax and values)")
     precision: Literal["fp32", "bf16", "fp16", "bf16_master"] = Field(
-        "fp32", description="strategies data, zero and transformer: how a step computes (lesson 14): fp32, bf16 or "
-                            "fp16 autocast (fp16 with a loss scaler), or bf16 parameters with an fp32 master copy")
+        "fp32", description="strategies data, zero, fsdp and transformer: how a step computes (lesson 14): fp32, "
+                            "bf16 or fp16 autocast (fp16 with a loss scaler), or bf16 parameters with an fp32 "
+                            "master copy")
 
 
 class Parallel(Section):

@@ -156,7 +156,7 @@ STRATEGIES: dict[str, Recipe] = {s.name: s for s in (
     Recipe("zero", "distlab.zero.zero:train", "08", "ZeRO stages 0-2 written by hand",
              _common(*MODEL, DTYPE, OPTIMIZER, PRECISION, Arg("stage", "parallel.zero_stage"))),
     Recipe("fsdp", "distlab.zero.fsdp:train", "08",
-             "ZeRO stage 3 with PyTorch's FSDP2", _common(*MODEL, DTYPE, OPTIMIZER)),
+             "ZeRO stage 3 with PyTorch's FSDP2", _common(*MODEL, DTYPE, OPTIMIZER, PRECISION)),
     Recipe("deepspeed", "distlab.zero.deepspeed_zero:train", "08", "DeepSpeed's ZeRO, stages 0-3",
              _common(*MODEL, DTYPE, OPTIMIZER, Arg("stage", "parallel.zero_stage"))),
     Recipe("transformer", "distlab.parallelize.trainer:train", "12-13",

@@ -126,6 +126,8 @@ def train(worker, spec: TrainSpec) -> RankRecord:
     record = _record(worker, spec, f"{spec.model.kind}: {what}", mesh)
     precision = mixed.policy(spec.training.precision, worker.device.type)      # lesson 14
     mixed.agree_on_overflow(precision, worker)
+    if par.stage is not None:
+        par.stage.precision = precision
     optimizer = make_optimizer(spec.training.optimizer, precision.prepare(list(par.params.values())),
                                spec.training.lr, foreach=False)
     m = spec.parallel.micro_batches

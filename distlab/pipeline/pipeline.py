@@ -179,7 +179,7 @@ class PipelineSchedule(Strategy):
         if self.average is not None:         # lesson 07's mesh: average with the other pipelines
             self.average(run.model)
         comm = (t_compute_end, run.clock()) if self.average is not None else None
-        run.optimizer.step()
+        run.precision.step(run.optimizer)     # lesson 14: fp16 unscales and may skip; bf16 master rounds
         run.optimizer.zero_grad(set_to_none=False)
         return Done(loss, correct / len(y), t_start, t_compute_end, comm, samples=len(y) // self.stage.p)
 
@@ -190,6 +190,7 @@ class PipelineSchedule(Strategy):
         record.traffic = {"pipeline": self.stage.sent_bytes // max(len(record.steps), 1)}
         record.params = {n: q.detach().cpu().clone() for n, q in run.model.items()}
         record.test_accuracy = self.stage.evaluate(run.data.x_test.to(device), run.data.y_test.to(device))
+        record.loss_scale = run.precision.trace()
 
 
 train.validate_args = validate_args

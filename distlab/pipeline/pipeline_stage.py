@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from ..train.step import backward, extra_losses, forward_loss, stage_backward
+from ..train.step import FP32, backward, extra_losses, forward_loss, stage_backward
 
 
 class Stage:
@@ -32,15 +32,22 @@ class Stage:
         self.micro_size, self.device = micro_size, worker.device
         self.sent_bytes = 0                       # activations and gradients sent, all steps
         self.dtype = next(parts[rank].parameters()).dtype
+        self.precision = FP32                 # lesson 14: set by the trainer; 16-bit precisions send 16 bits
         self.last = len(parts) - 1            # the virtual stage that computes the loss
         self.saved: dict[tuple[int, int], tuple] = {}    # (micro, chunk) -> input, output, extra losses
         self.sending: list = []               # isend requests, completed at the end of the step
         self.events: list[dict] = []
 
     # -- messages: activations forward (tag 2v), gradients backward (tag 2v + 1) ------------
+    @property
+    def message_dtype(self) -> torch.dtype:
+        """Lesson 14: what activations and their gradients travel in: the parameters' type in fp32, the
+        compute type under mixed precision (half the bytes between stages, as Megatron sends them)."""
+        return getattr(self.precision, "dtype", self.dtype)
+
     def _recv(self, step: int, op, virtual: int, src_virtual: int, tag: int) -> torch.Tensor:
         shape = (self.micro_size, *self.shapes[min(virtual, src_virtual)])
-        buf = torch.empty(shape, dtype=self.dtype, device=self.device)
+        buf = torch.empty(shape, dtype=self.message_dtype, device=self.device)
         t0 = time.time()
         self.worker.recv(buf, self.peers[src_virtual % self.p], tag=tag)
         self._note(step, "recv", op, t0)
@@ -48,7 +55,7 @@ class Stage:
 
     def _send(self, step: int, op, tensor: torch.Tensor, dst_virtual: int, tag: int) -> None:
         t0 = time.time()
-        tensor = tensor.contiguous()
+        tensor = tensor.to(self.message_dtype).contiguous()
         self.sent_bytes += tensor.numel() * tensor.element_size()
         self.sending.append(self.worker.send(tensor, self.peers[dst_virtual % self.p], tag=tag, async_op=True))
         self._note(step, "send", op, t0)
@@ -66,11 +73,13 @@ class Stage:
         result, extra = None, None
         if v == self.last:          # the loss of the whole batch is the mean of the m micro-batches'
             y = ys[op.micro]        # (the one micro-step's forward half, train/step.py)
-            out, loss, accuracy = forward_loss(self.parts[v], inp, y, loss=self.loss, share=m)
+            out, loss, accuracy = forward_loss(self.parts[v], inp, y, loss=self.loss, share=m,
+                                               precision=self.precision)
             result = (loss / m, accuracy * len(y))
         else:
-            out = self.parts[v](inp)
-            extra = extra_losses(self.parts[v])      # what its layers add to the loss (experts), now
+            with self.precision.autocast():
+                out = self.parts[v](inp)
+                extra = extra_losses(self.parts[v])      # what its layers add to the loss (experts), now
         self.saved[(op.micro, op.chunk)] = (inp, out, extra)
         self._note(step, "F", op, t0)
         if v != self.last:
@@ -83,9 +92,9 @@ class Stage:
         grad = None if v == self.last else self._recv(step, op, v, v + 1, tag=2 * v + 1)
         t0 = time.time()
         if v == self.last:
-            backward(out)            # from the loss: adds this micro-batch's gradients into .grad
+            backward(out, self.precision)   # from the loss (scaled, fp16): adds this micro-batch's gradients
         else:
-            stage_backward(out, grad, extra, share=self.m)
+            stage_backward(out, grad.to(out.dtype), extra, share=self.m, precision=self.precision)
         self._note(step, "B", op, t0)
         if v > 0:
             self._send(step, op, inp.grad, v - 1, tag=2 * (v - 1) + 1)
@@ -114,12 +123,14 @@ class Stage:
             part.eval()
         for v in range(self.rank, len(self.parts), self.p):
             shape = (len(x), *self.shapes[v - 1]) if v else None
-            inp = x if v == 0 else torch.empty(shape, dtype=x.dtype, device=self.device)
+            inp = x if v == 0 else torch.empty(shape, dtype=self.message_dtype, device=self.device)
             if v:
                 self.worker.recv(inp, self.peers[(v - 1) % self.p], tag=10_000 + v - 1)
-            out = self.parts[v](inp)
+            with self.precision.autocast():
+                out = self.parts[v](inp)
             if v != self.last:
-                self.worker.send(out, self.peers[(v + 1) % self.p], tag=10_000 + v)
+                self.worker.send(out.to(self.message_dtype).contiguous(), self.peers[(v + 1) % self.p],
+                                 tag=10_000 + v)
         accuracy = torch.zeros(1, dtype=torch.float64, device=self.device)
         if self.last % self.p == self.rank:
             accuracy[0] = self.loss(out, y)[1]

@@ -24,9 +24,11 @@ over NCCL on GPUs, through the same code.
 """
 from __future__ import annotations
 
-from torch.distributed.fsdp import fully_shard
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from ..comm.collectives import check_torchrun
+from ..precision import mixed
 from ..train.memory_held import held_bytes
 from ..train.step import make_optimizer
 from ..train.loop import Run, Strategy, train_steps
@@ -39,15 +41,16 @@ class FullyShard(Strategy):
 
     in_backward = True          # the reduce-scatter runs inside backward, layer by layer
 
-    def __init__(self, worker, optimizer: str, lr: float):
+    def __init__(self, worker, optimizer: str, lr: float, precision: str = "fp32"):
         check_torchrun(worker)
-        self.worker, self.optimizer, self.lr = worker, optimizer, lr
+        self.worker, self.optimizer, self.lr, self.precision = worker, optimizer, lr, precision
 
     def prepare(self, run: Run) -> None:
+        mp = mixed_precision(self.precision)
         for layer in run.model:                      # one all-gather per layer, freed after use
             if any(True for _ in layer.parameters()):
-                fully_shard(layer)
-        fully_shard(run.model)                       # the root: whatever is left, and the schedule
+                fully_shard(layer, mp_policy=mp)
+        fully_shard(run.model, mp_policy=mp)         # the root: whatever is left, and the schedule
         run.optimizer = make_optimizer(self.optimizer, run.model.parameters(), self.lr)
 
     def update(self, run: Run, step: int) -> None:
@@ -55,18 +58,32 @@ class FullyShard(Strategy):
         self.held = held_bytes(run.model, run.optimizer)   # what this rank holds between steps
 
 
+def mixed_precision(precision: str) -> MixedPrecisionPolicy:
+    """Lesson 14: FSDP2's own mixed precision.  ``"bf16"``: each layer's parameters are all-gathered in bf16
+    (half the bytes on the wire, and the layer computes in bf16) while the shards a rank keeps stay fp32:
+    they *are* the master copy, updated by the optimizer in fp32; gradients are reduce-scattered in fp32
+    and the output handed back in fp32 (the loss is computed there).  Between steps a rank holds what fp32
+    FSDP holds: the 16-bit copies live only while their layer runs.  ``"fp32"``: no casting."""
+    if precision == "bf16":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                    output_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
 def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp", width: int = 64,
           depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
-          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32"):
+          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32", precision: str = "fp32"):
     """Lesson 08: train with FSDP2 (ZeRO stage 3); return this rank's record.
 
     The record's ``params`` are the full parameters (gathered from the shards at the end),
-    its ``memory`` the bytes this rank held after the last update, by category.
+    its ``memory`` the bytes this rank held after the last update, by category.  ``precision``
+    (lesson 14): ``"fp32"`` or ``"bf16"``, FSDP2's ``MixedPrecisionPolicy`` (``mixed_precision``).
     """
     run, batch_at = start_sharded(worker, "fsdp2", optimizer=optimizer, model=model, width=width, depth=depth,
                                   batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
                                   lr=lr, seed=seed, dtype=dtype, stage=3)
-    strategy = FullyShard(worker, optimizer, lr)
+    run.record.config.update(mixed.named(precision))     # (FSDP2 casts, not the loop: the loop's stays fp32)
+    strategy = FullyShard(worker, optimizer, lr, precision)
     record = train_steps(run, strategy, steps, batch_at)
     record.memory = getattr(strategy, "held", {})
     record.params = {name: p.full_tensor().detach().cpu().clone() for name, p in run.model.named_parameters()}
@@ -74,8 +91,13 @@ def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp"
 
 
 def check_fsdp(world_size: int, *, stage: int = 3, backend: str = "torchrun", device: str = "cpu",
-               **config) -> None:
+               precision: str = "fp32", **config) -> None:
     """Lesson 08: an FSDP2 job's settings, checked before any process starts."""
+    mixed.check(precision, config.get("dtype", "float32"))
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"fsdp.train takes precision 'fp32' or 'bf16' (FSDP2's MixedPrecisionPolicy, whose fp32 "
+                         f"shards are the master copy), got {precision!r}: fp16 would need a loss scaler that "
+                         "all the shards agree on, and bf16 master weights are what 'bf16' does here")
     if backend != "torchrun":
         raise ValueError("fsdp.train runs on launch(backend='torchrun') only: FSDP2 shards over torch.distributed")
     if stage != 3:
