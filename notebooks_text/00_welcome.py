@@ -202,6 +202,7 @@ assert shards == [-(-digits.n_train // 2)] * 2 and used == [5 * 64 // 2] * 2
 # |---|---|---|
 # | **12** long lines | A transformer split by heads and along the line (tensor, sequence, context parallelism) | runs measured; the **activation memory is a model**, checked by counting |
 # | **13** experts | Many more parameters for the same arithmetic: experts on ranks, all-to-all | measured |
+# | **14** fitting more | 16-bit numbers, loss scaling, FP8's rounding, recomputation, offload | bytes counted against the model; offload is **accounting only** on a CPU |
 
 # %% [markdown]
 # **In what order?** The core path, 00 to 05, then 05b and 11, answers the company's question.
@@ -211,8 +212,9 @@ assert shards == [-(-digits.n_train // 2)] * 2 and used == [5 * 64 // 2] * 2
 # * **06, 07, 08**: 07 splits every layer after 06 split between layers, and 08 shards what 06
 #   and 07 split;
 # * **09, 10**: 10 runs 09's jobs and makes them fail;
-# * **07, 12, 13**: 12 puts 07's tensor parallelism on a transformer, 13 gives 12's transformer
-#   experts; 12 and 13 come after the knowledge check.
+# * **07, 12, 13, 14**: 12 puts 07's tensor parallelism on a transformer, 13 gives 12's transformer
+#   experts, 14 fits more of it in a rank's memory (with 08's accounting); 12 to 14 come after the
+#   knowledge check.
 #
 # The first two strands can be taken in either order. How long each lesson takes to read (its
 # prose, its code and what the code printed) and to run, computed from the stored lessons, is in

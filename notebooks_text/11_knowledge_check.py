@@ -219,7 +219,21 @@ my_fixes = {"the router sends most tokens to the same few experts": ...,
 check.expert_troubles(my_fixes)
 
 # %% [markdown]
-# ## 14. Build it: the rule behind every verdict
+# ## 14. Fitting more (lesson 14, optional: skip if you have not taken it yet)
+#
+# For each trouble of a rank running out of memory or precision, which lever answers it: `"loss
+# scaling"`, `"selective recomputation"`, `"full recomputation"`, `"offload"` or `"bf16 master
+# weights"`? One of the five answers none of them.
+
+# %%
+my_levers = {"in fp16 the smallest gradients become zero": ...,
+             "the attention probabilities of long lines fill the accelerator's memory": ...,
+             "every block's activations, not only attention's, fill the accelerator's memory": ...,
+             "Adam's moments and the fp32 master copy do not fit, and the host has memory to spare": ...}
+check.memory_levers(my_levers)
+
+# %% [markdown]
+# ## 15. Build it: the rule behind every verdict
 #
 # Every winner this course named came from lesson 01's rule. Write it: `my_verdict(a, b, margin)`
 # gets two lists of independent runs, higher is better, and the smallest gap that matters; it
@@ -245,7 +259,7 @@ def my_verdict(a, b, margin):
 exercises_verdict.verdict_rule(my_verdict, stored)
 
 # %% [markdown]
-# ## 15. Your course in one picture
+# ## 16. Your course in one picture
 #
 # Every panel is what one lesson stored when you ran it; a lesson you have not run says so.
 # Read it before the answer below: what did distributing change in the result, what did it cost,
@@ -258,7 +272,7 @@ from distlab.widgets.display import show
 show(course_figure(stored))
 
 # %% [markdown]
-# ## 16. The answer for the insurance company
+# ## 17. The answer for the insurance company
 #
 # Built from what **you** measured (each line says which lesson it comes from; a lesson you
 # did not run is named instead of a number):

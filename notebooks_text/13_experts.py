@@ -356,4 +356,4 @@ exercises_experts.all_to_all_dispatch(dispatch)
 # 2025), its chapter on expert parallelism.
 
 # %% [markdown]
-# **Previous:** [12 · Long lines: splitting the heads and the sequence](12_long_lines.ipynb) · [The course: map, glossary, solutions](../course/README.md)
+# **Previous:** [12 · Long lines: splitting the heads and the sequence](12_long_lines.ipynb) · **Next:** [14 · Fitting more: precision, recomputation and offload](14_fitting_more.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -9,6 +9,7 @@ from distlab.course import exercises_cluster as exl
 from distlab.course import exercises_failure as exf
 from distlab.course import exercises_long_lines as exll
 from distlab.course import exercises_experts as exx
+from distlab.course import exercises_fitting as exfit
 from distlab.data import load_digits
 from distlab.predict import alpha_beta, traffic
 
@@ -26,6 +27,11 @@ EXPERT_TROUBLES = ["the router sends most tokens to the same few experts",
                    "each expert's buffer needs a size known before the tokens are routed",
                    "the experts together hold more parameters than one rank can keep"]
 FIXES = ["balancing loss", "capacity", "expert parallelism"]
+LEVER_TROUBLES = ["in fp16 the smallest gradients become zero",
+                  "the attention probabilities of long lines fill the accelerator's memory",
+                  "every block's activations, not only attention's, fill the accelerator's memory",
+                  "Adam's moments and the fp32 master copy do not fit, and the host has memory to spare"]
+LEVERS = ["loss scaling", "selective recomputation", "full recomputation", "offload"]
 PLACES = ["the data takes too long on one worker", "the model does not fit in one worker's memory",
           "the optimizer's state does not fit, the model does"]
 STORED = {"01": {"world_size": 2, "max_param_difference": 3.6e-7},
@@ -109,6 +115,13 @@ CASES = {
                              33536, "whole layer"),
     "13 active parameters, no router": (exx.active_parameters, dict(d_model=32, hidden=128, experts=4, top_k=1),
                                         8480, 8352, "router"),
+    "14 ZeRO-1 bytes": (exfit.zero1_mixed_bytes, dict(ranks=8), 5.5, 16, "one whole copy"),
+    "14 ZeRO-1 bytes, master kept whole": (exfit.zero1_mixed_bytes, dict(ranks=8), 5.5, 9.0, "sharded with it"),
+    "14 ZeRO-1 bytes, all sharded": (exfit.zero1_mixed_bytes, dict(ranks=8), 5.5, 2.0, "stay whole"),
+    "14 selective saving": (exfit.selective_saving, dict(batch=8, tokens=256, heads=4), 8_388_608, 2_097_152,
+                            "count bytes"),
+    "14 selective saving, one head": (exfit.selective_saving, dict(batch=8, tokens=256, heads=4), 8_388_608,
+                                      524_288, "times the heads"),
     # lesson 11's knowledge check: stored results of the lessons, as course_results keeps them
     "11 long lines": (exc.long_line_split, {}, dict(zip(TROUBLES, ["tensor", "sequence", "context"])),
                       dict(zip(TROUBLES, ["tensor", "context", "context"])), "between the split regions"),
@@ -118,6 +131,15 @@ CASES = {
     "11 experts, one rank each": (exc.expert_troubles, {}, dict(zip(EXPERT_TROUBLES, FIXES)),
                                   dict(zip(EXPERT_TROUBLES, ["balancing loss", "capacity", "capacity"])),
                                   "with all-to-all"),
+    "11 memory levers": (exc.memory_levers, {}, dict(zip(LEVER_TROUBLES, LEVERS)),
+                         dict(zip(LEVER_TROUBLES, ["loss scaling", "full recomputation", "full recomputation",
+                                                   "offload"])),
+                         "a b s^2"),
+    "11 memory levers, master weights": (exc.memory_levers, {}, dict(zip(LEVER_TROUBLES, ["Loss scaling", "selective",
+                                                                                         "activation checkpointing",
+                                                                                         "offloading"])),
+                                         dict(zip(LEVER_TROUBLES, LEVERS[:3] + ["bf16 master weights"])),
+                                         "add the master copy"),
     "11 which parallelism": (exc.which_parallelism, {}, dict(zip(PLACES, ["data", "model", "zero"])),
                              dict(zip(PLACES, ["model", "model", "zero"])), "copies of the model"),
     "11 one big batch": (exc.same_as_one_big_batch, dict(results=STORED["01"]), True, False, "big batch's gradient"),

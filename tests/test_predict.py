@@ -235,7 +235,7 @@ def test_bytes_per_parameter_of_each_precision_policy():
     from distlab.predict import memory
 
     adam = {name: sum(memory.bytes_per_parameter(name, "adam").values()) for name in memory.POLICY_ACCOUNTING}
-    assert adam == {"fp32": 16, "bf16": 16, "fp16": 16, "bf16_master": 16}
+    assert adam == {"fp32": 16, "bf16": 16, "fp16": 16, "fp16_unscaled": 16, "bf16_master": 16}
     assert memory.bytes_per_parameter("bf16_master", "adam") == {"params": 2, "grads": 2, "master": 4, "optimizer": 8}
     with pytest.raises(ValueError, match="policy must be one of"):
         memory.bytes_per_parameter("fp8")

@@ -157,7 +157,22 @@ assert check.expert_troubles({"the router sends most tokens to the same few expe
                               "the experts together hold more parameters than one rank can keep": "expert parallelism"})
 
 # %% [markdown]
-# **14. The verdict rule.** The standard error of each mean is `s/sqrt(n)`; the gap's is the root of
+# **14. Fitting more.** Loss scaling multiplies the loss so that small gradients stay inside fp16's range;
+# selective recomputation drops attention's `a b s^2` probabilities and computes attention's core again in
+# the backward pass; full recomputation keeps only each block's input; offload moves the optimizer's state
+# and master copy to the host's memory. bf16 master weights answer none: they *add* an fp32 copy.
+
+# %%
+assert check.memory_levers({"in fp16 the smallest gradients become zero": "loss scaling",
+                            "the attention probabilities of long lines fill the accelerator's memory":
+                                "selective recomputation",
+                            "every block's activations, not only attention's, fill the accelerator's memory":
+                                "full recomputation",
+                            "Adam's moments and the fp32 master copy do not fit, and the host has memory to spare":
+                                "offload"})
+
+# %% [markdown]
+# **15. The verdict rule.** The standard error of each mean is `s/sqrt(n)`; the gap's is the root of
 # their squares' sum. Welch's degrees of freedom weigh the two sides' variances; with 3 runs a side
 # Student's t at 99% is several times the normal's 2.58, which is what keeps a lucky gap between
 # three runs from naming a winner. A zero gap, or one under the margin, is no answer.

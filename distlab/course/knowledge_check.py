@@ -182,6 +182,32 @@ def expert_troubles(answers) -> bool | None:
         "send every token to its experts' ranks with all-to-all (lesson 13, section 3)"})
 
 
+def memory_levers(answers) -> bool | None:
+    """Lesson 11 (lesson 14): for each trouble of a rank short of memory or of precision, the lever that
+    answers it: "loss scaling", "selective recomputation", "full recomputation", "offload" or "bf16 master
+    weights" (one of them answers none)."""
+    expected = {"in fp16 the smallest gradients become zero": "loss scaling",
+                "the attention probabilities of long lines fill the accelerator's memory": "selective recomputation",
+                "every block's activations, not only attention's, fill the accelerator's memory": "full recomputation",
+                "Adam's moments and the fp32 master copy do not fit, and the host has memory to spare": "offload"}
+    synonyms = {"dynamic loss scaling": "loss scaling", "a loss scaler": "loss scaling",
+                "selective": "selective recomputation", "selective activation recomputation": "selective recomputation",
+                "full": "full recomputation", "activation checkpointing": "full recomputation",
+                "offloading": "offload", "zero-offload": "offload", "cpu offload": "offload"}
+    return check_each("levers for fitting more", answers, expected, synonyms=synonyms, hints={
+        "in fp16 the smallest gradients become zero": "multiply the loss by a scale before backward: every "
+        "gradient grows by the same factor, into fp16's range, and is divided back before the update (lesson 14, "
+        "section 4)",
+        "the attention probabilities of long lines fill the accelerator's memory": "keep Q, K and V and compute "
+        "attention's core (scores, softmax, their product with V) again in the backward pass: the a b s^2 bytes "
+        "for a part of one block's arithmetic (lesson 14, section 6)",
+        "every block's activations, not only attention's, fill the accelerator's memory": "keep each block's "
+        "input only and run the whole block's forward again in the backward pass (lesson 14, section 6)",
+        "Adam's moments and the fp32 master copy do not fit, and the host has memory to spare": "keep them in the "
+        "host's memory and run the update there, as ZeRO-Offload does (lesson 14, section 7); bf16 master weights "
+        "add the master copy rather than remove it"})
+
+
 def tensor_parallel_traffic(answer, width: int = 512) -> bool | None:
     """Lesson 11 (lesson 07): as the batch grows, whose bytes per step grow: "tensor" or "data" parallelism's?"""
     from ..predict import traffic

@@ -16,6 +16,7 @@ all-reduce for all of them) or ``"ddp"`` (DistributedDataParallel, or Horovod's
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -59,9 +60,13 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
                   steps: int, lr: float, dtype: str, straggler, warmup_steps: int, depth: int = 2,
                   optimizer: str = "sgd", dataset: str = "digits", samples: int | None = None,
                   data_root: str | None = None, evaluate_every: int = 0, backend: str = "torchrun",
-                  device: str = "cpu", precision: str = "fp32") -> int:
+                  device: str = "cpu", precision: str = "fp32", seed: int = 0) -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
     mixed.check(precision, dtype)
+    if precision == "fp16_unscaled":
+        warn_unscaled(world_size, model=model, width=width, depth=depth, batch_size=batch_size,
+                      global_batch_size=global_batch_size, lr=lr, seed=seed, optimizer=optimizer, dataset=dataset,
+                      samples=samples, data_root=data_root)
     if precision == "bf16_master" and method == "ddp" and backend == "horovod":
         raise ValueError("precision='bf16_master' with Horovod's DistributedOptimizer: it all-reduces the "
                          "gradients of the tensors the optimizer updates, here the fp32 master copies, which "
@@ -82,6 +87,16 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
     check_int("evaluate_every", evaluate_every, minimum=0)
     check_dataset(dataset, samples, data_root)
     return per_rank_batch(world_size, batch_size, global_batch_size, n=train_samples(dataset, samples, data_root))
+
+
+def warn_unscaled(world_size: int, **settings) -> None:
+    """Lesson 14: before an fp16 run without loss scaling starts, measure its first gradients (one process on
+    the global batch, in fp32: the all-reduced gradient every rank will hold) and warn with what fp16 would
+    flush to zero (``precision.mixed.unscaled_warning``)."""
+    first = train_single(world_size=world_size, steps=1, record_grads_at=(0,), **settings)
+    text = mixed.unscaled_warning([g["local"] for g in first.grads[0].values()])
+    if text:
+        warnings.warn(text, UserWarning, stacklevel=2)
 
 
 def warmup_lr(lr: float, step: int, warmup_steps: int, world_size: int) -> float:
@@ -122,7 +137,8 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
     distorted digits are made on the rank, its own mini-batches only); ``evaluate_every=k``: test
     accuracy every k steps into ``record.evaluations`` (lesson 05's time to accuracy).
     ``precision`` (lesson 14): ``"fp32"``, ``"bf16"`` or ``"fp16"`` (autocast; fp16 with a loss scaler), or
-    ``"bf16_master"`` (the parameters stored in bf16, an fp32 master copy updated): ``mixed.policy``.
+    ``"bf16_master"`` (the parameters stored in bf16, an fp32 master copy updated): ``mixed.policy``;
+    ``"fp16_unscaled"``, fp16 autocast with no loss scaler, warns before it starts (``warn_unscaled``).
     """
     world, rank = worker.world_size, worker.rank
     b = per_rank_batch(world, batch_size, global_batch_size, n=train_samples(dataset, samples, data_root))

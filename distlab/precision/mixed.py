@@ -183,6 +183,9 @@ class MasterWeights(Autocast):
 POLICIES = {"fp32": lambda device_type: FP32,
             "bf16": lambda device_type: Autocast(device_type=device_type),
             "fp16": lambda device_type: ScaledAutocast(device_type=device_type),
+            # fp16 with nothing to lift small gradients: what loss scaling is for (a run warns first, measured)
+            "fp16_unscaled": lambda device_type: Autocast(name="fp16_unscaled", dtype=torch.float16,
+                                                          device_type=device_type),
             "bf16_master": lambda device_type: MasterWeights(device_type=device_type)}
 
 
@@ -221,6 +224,19 @@ def policy(name: str, device_type: str = "cpu", **scaler) -> Precision:
     if scaler:
         return ScaledAutocast(device_type=device_type, scaler=LossScaler(**scaler))
     return POLICIES[name](device_type)
+
+
+def unscaled_warning(grads) -> str | None:
+    """Lesson 14: what fp16 without loss scaling would do to ``grads`` (a run's first gradients, measured
+    before it starts), as a warning's text; None when every value is within fp16's normal range."""
+    h = exponent_histogram(grads)
+    if not (h["zero_in_fp16"] or h["subnormal_in_fp16"] or h["overflow_in_fp16"]):
+        return None
+    return (f"precision='fp16_unscaled': measured on this run's first mini-batch before it starts, "
+            f"{h['zero_in_fp16']:.2%} of the {h['count']:,} nonzero gradient values are below half of fp16's smallest "
+            f"subnormal (2^-24) and become 0, {h['subnormal_in_fp16']:.2%} are subnormal (fewer significant bits), "
+            f"{h['overflow_in_fp16']:.2%} overflow (later steps' gradients are not measured here). precision='fp16' "
+            "scales the loss to lift them (dynamic loss scaling)")
 
 
 def exponent_histogram(grads) -> dict:

@@ -189,8 +189,8 @@ def mlp_saved_bytes(batch: int, width: int, depth: int = 2, *, policy: str = "fp
     if policy == "fp32":
         return {"activations": mlp_activation_bytes(batch, width, depth, inputs=inputs, classes=classes),
                 "weight copies": 0}
-    if policy not in ("bf16", "fp16", "bf16_master"):
-        raise ValueError(f"policy must be fp32, bf16, fp16 or bf16_master, got {policy!r}")
+    if policy not in ("bf16", "fp16", "fp16_unscaled", "bf16_master"):
+        raise ValueError(f"policy must be fp32, bf16, fp16, fp16_unscaled or bf16_master, got {policy!r}")
     activations = batch * (2 * inputs + 2 * depth * width + 4 * classes + 8)
     copies = 0 if policy == "bf16_master" else 2 * (width * width * (depth - 1) + width * classes)
     return {"activations": activations, "weight copies": copies}

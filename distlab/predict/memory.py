@@ -54,7 +54,8 @@ PRECISIONS = {            # bytes per parameter of: (parameters, gradients, fp32
 }
 # lesson 14: the accounting of each precision policy of ``precision.mixed`` (bf16 and fp16 autocast alike;
 # fp16's loss scaler holds one number, not one per parameter)
-POLICY_ACCOUNTING = {"fp32": "fp32", "bf16": "autocast", "fp16": "autocast", "bf16_master": "mixed"}
+POLICY_ACCOUNTING = {"fp32": "fp32", "bf16": "autocast", "fp16": "autocast", "fp16_unscaled": "autocast",
+                     "bf16_master": "mixed"}
 OPTIMIZER_STATE = {       # fp32 bytes of state per parameter, besides any master copy
     "sgd": 0,             # plain SGD keeps nothing between steps
     "momentum": 4,        # one velocity per parameter

@@ -25,7 +25,7 @@ over NCCL on GPUs, through the same code.
 from __future__ import annotations
 
 import torch
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from ..comm.collectives import check_torchrun
 from ..precision import mixed
@@ -41,16 +41,19 @@ class FullyShard(Strategy):
 
     in_backward = True          # the reduce-scatter runs inside backward, layer by layer
 
-    def __init__(self, worker, optimizer: str, lr: float, precision: str = "fp32"):
+    def __init__(self, worker, optimizer: str, lr: float, precision: str = "fp32", offload: str = "none"):
         check_torchrun(worker)
         self.worker, self.optimizer, self.lr, self.precision = worker, optimizer, lr, precision
+        self.offload = offload
 
     def prepare(self, run: Run) -> None:
         mp = mixed_precision(self.precision)
+        # lesson 14: the shards, their gradients and so the optimizer's state live in the host's memory
+        off = CPUOffloadPolicy() if self.offload == "params" else OffloadPolicy()
         for layer in run.model:                      # one all-gather per layer, freed after use
             if any(True for _ in layer.parameters()):
-                fully_shard(layer, mp_policy=mp)
-        fully_shard(run.model, mp_policy=mp)         # the root: whatever is left, and the schedule
+                fully_shard(layer, mp_policy=mp, offload_policy=off)
+        fully_shard(run.model, mp_policy=mp, offload_policy=off)   # the root: whatever is left, and the schedule
         run.optimizer = make_optimizer(self.optimizer, run.model.parameters(), self.lr)
 
     def update(self, run: Run, step: int) -> None:
@@ -72,18 +75,22 @@ def mixed_precision(precision: str) -> MixedPrecisionPolicy:
 
 def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp", width: int = 64,
           depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
-          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32", precision: str = "fp32"):
+          steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32", precision: str = "fp32",
+          offload: str = "none"):
     """Lesson 08: train with FSDP2 (ZeRO stage 3); return this rank's record.
 
     The record's ``params`` are the full parameters (gathered from the shards at the end),
     its ``memory`` the bytes this rank held after the last update, by category.  ``precision``
     (lesson 14): ``"fp32"`` or ``"bf16"``, FSDP2's ``MixedPrecisionPolicy`` (``mixed_precision``).
+    ``offload`` (lesson 14): ``"params"`` keeps the shards (and with them their gradients and the optimizer's
+    state) in the host's memory, FSDP2's ``CPUOffloadPolicy``: GPU ranks only (``check_offload``); not yet
+    run on a GPU by this course.
     """
     run, batch_at = start_sharded(worker, "fsdp2", optimizer=optimizer, model=model, width=width, depth=depth,
                                   batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
                                   lr=lr, seed=seed, dtype=dtype, stage=3)
     run.record.config.update(mixed.named(precision))     # (FSDP2 casts, not the loop: the loop's stays fp32)
-    strategy = FullyShard(worker, optimizer, lr, precision)
+    strategy = FullyShard(worker, optimizer, lr, precision, offload)
     record = train_steps(run, strategy, steps, batch_at)
     record.memory = getattr(strategy, "held", {})
     record.params = {name: p.full_tensor().detach().cpu().clone() for name, p in run.model.named_parameters()}
@@ -91,9 +98,10 @@ def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp"
 
 
 def check_fsdp(world_size: int, *, stage: int = 3, backend: str = "torchrun", device: str = "cpu",
-               precision: str = "fp32", **config) -> None:
+               precision: str = "fp32", offload: str = "none", **config) -> None:
     """Lesson 08: an FSDP2 job's settings, checked before any process starts."""
     mixed.check(precision, config.get("dtype", "float32"))
+    check_offload(offload, device)
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"fsdp.train takes precision 'fp32' or 'bf16' (FSDP2's MixedPrecisionPolicy, whose fp32 "
                          f"shards are the master copy), got {precision!r}: fp16 would need a loss scaler that "
@@ -103,6 +111,19 @@ def check_fsdp(world_size: int, *, stage: int = 3, backend: str = "torchrun", de
     if stage != 3:
         raise ValueError(f"FSDP2 is ZeRO stage 3 (parameters sharded too), got stage={stage!r}")
     check_train(world_size, stage=1, backend=backend, device=device, **config)
+
+
+def check_offload(offload: str, device: str) -> None:
+    """Lesson 14: offload moves state from an accelerator's memory to the host's; a CPU rank's memory is the
+    host's already, so there is nothing to offload to, and a run that asked would silently hold what it
+    held before: refused.  (``predict.memory.offload_bytes`` gives the accounting a GPU run would show.)"""
+    if offload not in ("none", "params"):
+        raise ValueError(f"fsdp.train takes offload 'none' or 'params' (FSDP2's CPUOffloadPolicy: the shards, "
+                         f"their gradients and the optimizer's state in the host's memory), got {offload!r}")
+    if offload != "none" and device != "cuda":
+        raise ValueError(f"offload={offload!r} moves state off an accelerator into the host's memory, but these "
+                         f"ranks run on device={device!r}: their memory is the host's already, there is nothing to "
+                         "offload to. predict.memory.offload_bytes gives what a GPU run would hold and move")
 
 
 train.validate_args = check_fsdp
