@@ -1,12 +1,12 @@
 """Issue 38: lesson 14's build-it checker (a loss scaler), in fp16 training on real ranks against the library's
 ``LossScaler``: the solution passes, each planted mistake is named, the placeholder starts nothing."""
 import pytest
-from test_build import checked
+from test_build import checked, solution_cell
 
 from distlab.course import exercises_precision
 
 pytestmark = pytest.mark.usefixtures("warm_ranks")      # one start-up of two ranks, shared by every check
-RIGHT = exercises_precision.SOLUTION        # the text the lesson's stored solution holds
+RIGHT = solution_cell("14_fitting_more", "scaler_step")     # the stored solution's own text
 DIVIDE = "                p.grad.div_(scale)                      # the gradient of the loss itself\n"
 VERDICT = "                finite = finite and bool(torch.isfinite(p.grad).all())\n"
 

@@ -8,10 +8,11 @@ lifted into fp16's range; before the update each is divided by S again, in fp32.
 overflows (an inf or a nan), so the scale is *dynamic*: an update whose gradients overflowed is skipped
 and S halved; after ``GROWTH`` clean updates in a row S is doubled, to find the largest S that fits.
 
-The learner writes ``scaler_step(optimizer, scale, clean) -> (new_scale, new_clean)`` (``SOLUTION``),
-called after backward of ``loss * scale``: divide every gradient by ``scale``; if all are finite, step
-the optimizer; return ``(scale * 0.5, 0)`` on an overflow, else ``(scale, clean + 1)``, or
-``(scale * 2, 0)`` when ``clean + 1`` reaches ``GROWTH`` (``mixed.LossScaler``'s rule).
+The learner writes ``scaler_step(optimizer, scale, clean) -> (new_scale, new_clean)`` (an answer is in
+course/solutions_text/14_fitting_more.py), called after backward of ``loss * scale``: divide every
+gradient by ``scale``; if all are finite, step the optimizer; return ``(scale * 0.5, 0)`` on an
+overflow, else ``(scale, clean + 1)``, or ``(scale * 2, 0)`` when ``clean + 1`` reaches ``GROWTH``
+(``mixed.LossScaler``'s rule).
 
 ``precision_task`` trains, on each of 2 real ranks, lesson 01's data-parallel MLP in fp16 (float32
 weights, forward and backward under fp16 autocast) through the library's loop, twice: with the library's
@@ -48,26 +49,6 @@ GROWTH = 4                 # clean updates in a row before the scale doubles (th
 INIT_SCALE = 2.0 ** 24     # the loss times 2^24 overflows fp16 (65504) inside backward at once
 STEPS = 16
 TASK = "distlab.course.exercises_precision:precision_task"
-
-SOLUTION = '''\
-def scaler_step(optimizer, scale, clean):
-    """The update of fp16 training with dynamic loss scaling; the next (scale, clean)."""
-    from distlab.course.exercises_precision import GROWTH
-
-    finite = True
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.grad is not None:
-                p.grad.div_(scale)                      # the gradient of the loss itself
-                finite = finite and bool(torch.isfinite(p.grad).all())
-    if not finite:              # an inf or a nan: skip this update, try a smaller scale
-        return scale * 0.5, 0
-    optimizer.step()
-    clean += 1
-    if clean == GROWTH:         # GROWTH clean updates in a row: try a larger scale
-        return scale * 2, 0
-    return scale, clean
-'''
 
 
 class Traced(AllReduceEachParameter):
