@@ -361,7 +361,7 @@ for policy, records in runs.items():
 # and which one lever would you pull first? Then move the controls.
 
 # %% tags=["nbval-ignore-output"]
-pictures.fitting_calculator()
+pictures.fitting_calculator(reader_params=sum(p.numel() for p in kept["none"].params.values()))
 
 # %% [markdown]
 # ## Exercises

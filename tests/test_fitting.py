@@ -68,7 +68,7 @@ def test_the_calculators_activations_follow_the_models():
 
 
 def test_the_calculator_redraws_with_every_lever():
-    calc = F.fitting_calculator()
+    calc = F.fitting_calculator(105_000)
     model, ranks, stage, policy, recompute, offload, gpu = calc.controls
     first = bytes(calc.image.value)
     assert first.startswith(b"\x89PNG") and "on each accelerator" in repr(calc)
@@ -82,6 +82,8 @@ def test_the_calculator_redraws_with_every_lever():
 
 def test_the_lessons_pictures_draw():
     F.exponent_figure(mixed.exponent_histogram([torch.tensor([2.0 ** -30, 1e-3, 0.5])]))
+    with pytest.raises(ValueError, match="reader_params must be a positive"):
+        F.fitting_calculator(0)
     F.loss_scale_figure([(65536.0, True), (32768.0, False)])
     F.policy_figure({"fp32": dict(params=4, grads=4, optimizer=8), "bf16_master": dict(params=2, grads=2, master=4,
                                                                                     optimizer=8)})

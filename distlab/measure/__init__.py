@@ -5,4 +5,6 @@
 - ``large_batch``  what a larger global batch does to accuracy, and the learning-rate rules
 - ``ceiling``      how much faster N ranks compute at all here, with no communication (lesson 06)
 - ``more_data``    more data, more accuracy: the company's question, answered on real ranks (lesson 05)
+- ``roofline``     this machine's measured peak FLOP/s and memory bandwidth, the roofline, MFU, and published
+                   GPU figures to read a run against (lesson 15, issue 39)
 """

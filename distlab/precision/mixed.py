@@ -243,17 +243,20 @@ def exponent_histogram(grads) -> dict:
     """Lesson 14: where gradients' magnitudes fall, as powers of two, and the share fp16 cannot hold:
     ``{"exponents": {e: count}, "zero_in_fp16": share below half the smallest subnormal (rounds to 0),
     "subnormal_in_fp16": share between that and the smallest normal, "overflow_in_fp16": share above
-    the largest, "count": values}`` (exact zeros are left out: they are zero in every format)."""
+    the largest, "count": values, "fp16": the three limits}`` (exact zeros are left out: they are zero in
+    every format; the limits travel with the counts, so a picture of them needs nothing else)."""
     values = torch.cat([g.detach().flatten().float().abs() for g in grads])
     values = values[values > 0]
     n = values.numel()
+    limits = {"zero_below": FP16_SMALLEST / 2, "smallest_normal": FP16_SMALLEST_NORMAL, "largest": FP16_LARGEST}
     if n == 0:
-        return {"exponents": {}, "zero_in_fp16": 0.0, "subnormal_in_fp16": 0.0, "overflow_in_fp16": 0.0, "count": 0}
+        return {"exponents": {}, "zero_in_fp16": 0.0, "subnormal_in_fp16": 0.0, "overflow_in_fp16": 0.0, "count": 0,
+                "fp16": limits}
     exps = torch.floor(torch.log2(values)).to(torch.int64)
     found, counts = torch.unique(exps, return_counts=True)
     return {"exponents": dict(zip(found.tolist(), counts.tolist())),
             "zero_in_fp16": float((values < FP16_SMALLEST / 2).sum()) / n,
             "subnormal_in_fp16": float(((values >= FP16_SMALLEST / 2) & (values < FP16_SMALLEST_NORMAL)).sum()) / n,
             "overflow_in_fp16": float((values > FP16_LARGEST).sum()) / n,
-            "count": n}
+            "count": n, "fp16": limits}
 

@@ -17,10 +17,9 @@ import math
 import ipywidgets as W
 from matplotlib.figure import Figure
 
-from ..precision.mixed import FP16_LARGEST, FP16_SMALLEST, FP16_SMALLEST_NORMAL
 from ..predict import activations as A
 from ..predict import memory as M
-from ..sequence.transformer import TransformerConfig, build_transformer
+from ..predict.flops import TransformerShape
 from .display import BLUE, GREEN, GREY, NARROW, ORANGE, PURPLE, SKY_BLUE, VERMILLION, WIDTH, LiveFigure, show
 from .memory import GPUS_GB, unit_for
 
@@ -32,7 +31,7 @@ LABELS = {"params": "parameters", "grads": "gradients", "master": "fp32 master c
 # Published shapes (layers, width, heads, tokens a sequence) for the activations of a named model.
 SHAPES = {"GPT-2 XL": (48, 1600, 25, 1024), "Llama 2 7B": (32, 4096, 32, 4096), "Llama 2 70B": (80, 8192, 64, 4096),
           "GPT-3": (96, 12288, 96, 2048)}
-COURSE_READER = TransformerConfig(d_model=64, heads=4, layers=2, max_digits=16)   # lesson 12's reader, as 14 runs it
+COURSE_READER = TransformerShape(d_model=64, heads=4, layers=2)     # lesson 12's reader, as lesson 14 runs it
 
 
 def _stacked(ax, bars: list[dict], categories) -> None:
@@ -66,9 +65,10 @@ def exponent_figure(hist: dict, title: str = "") -> None:
     ax = fig.add_subplot()
     exps = sorted(hist["exponents"])
     ax.bar(exps, [hist["exponents"][e] for e in exps], width=0.9, color=BLUE)
-    marks = ((FP16_SMALLEST / 2, "below 2^-25 (half fp16's smallest subnormal): 0", VERMILLION),
-             (FP16_SMALLEST_NORMAL, "below 2^-14 (fp16's smallest normal): subnormal", ORANGE),
-             (FP16_LARGEST, "above 65504 (fp16's largest): inf", PURPLE))
+    fp16 = hist["fp16"]
+    marks = ((fp16["zero_below"], "below 2^-25 (half fp16's smallest subnormal): 0", VERMILLION),
+             (fp16["smallest_normal"], "below 2^-14 (fp16's smallest normal): subnormal", ORANGE),
+             (fp16["largest"], "above 65504 (fp16's largest): inf", PURPLE))
     for value, label, colour in marks:              # between the bars of exponents e - 1 and e
         ax.axvline(math.log2(value) - 0.5, color=colour, linestyle="--", label=label)
     ax.set_xlabel("exponent: the value lies in [2^e, 2^(e+1))")
@@ -131,11 +131,13 @@ def fitting_bars(params: float, ranks: int, *, stage: int, policy: str, offload:
     return [dict(device, label="accelerator"), dict(host, label="host memory")]
 
 
-def fitting_calculator() -> LiveFigure:
+def fitting_calculator(reader_params: int) -> LiveFigure:
     """Lesson 14: lesson 08's calculator with lesson 14's levers: a model (its parameters and, for the
-    activations, its shape), ranks, ZeRO stage, precision policy, recomputation and offload."""
-    reader = sum(p.numel() for p in build_transformer(COURSE_READER, seed=0).parameters())
-    models = {"the course's line reader": float(reader), **{m: M.KNOWN_MODELS[m] for m in SHAPES}}
+    activations, its shape), ranks, ZeRO stage, precision policy, recomputation and offload.
+    ``reader_params``: the parameters of the course's line reader, as a run of it counted them."""
+    if isinstance(reader_params, bool) or not isinstance(reader_params, int) or reader_params < 1:
+        raise ValueError(f"reader_params must be a positive parameter count, got {reader_params!r}")
+    models = {"the course's line reader": float(reader_params), **{m: M.KNOWN_MODELS[m] for m in SHAPES}}
     model = W.Dropdown(options=list(models), value="Llama 2 7B", description="model")
     ranks = W.SelectionSlider(options=[1, 2, 4, 8, 16, 64, 256, 1024], value=8, description="ranks")
     stage = W.Dropdown(options=[(M.STAGE_NAMES[s], s) for s in M.STAGES], value=1, description="ZeRO")
