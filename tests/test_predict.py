@@ -214,6 +214,21 @@ def test_the_ring_builds_a_block_of_scores_each_hop():
         korthikanti_layer_bytes(s, b, h, a) / 8
 
 
+def test_korthikantis_count_under_recomputation():
+    """Lesson 14: their table 2: selective recomputation drops the 5as/h term, full keeps 2sbh a layer."""
+    from distlab.predict.activations import korthikanti_layer_bytes
+
+    s, b, h, a = 2048, 1, 4096, 32
+    assert korthikanti_layer_bytes(s, b, h, a, recompute="selective") == 34 * s * b * h
+    assert korthikanti_layer_bytes(s, b, h, a, tensor=8, recompute="selective") == s * b * h * (10 + 24 / 8)
+    assert korthikanti_layer_bytes(s, b, h, a, tensor=8, sequence_parallel=True, recompute="selective") == \
+        34 * s * b * h / 8
+    assert korthikanti_layer_bytes(s, b, h, a, recompute="full") == 2 * s * b * h
+    assert korthikanti_layer_bytes(s, b, h, a, tensor=8, sequence_parallel=True, recompute="full") == 2 * s * b * h / 8
+    with pytest.raises(ValueError, match="recompute must be"):
+        korthikanti_layer_bytes(s, b, h, a, recompute="some")
+
+
 def test_offload_moves_the_zero_offload_papers_bytes_to_the_host():
     """Lesson 14: Ren et al. 2021 (ZeRO-Offload, section 4.1): on one GPU with Adam in mixed precision the
     GPU keeps the 16-bit parameters (2 Psi), the host the gradients and the optimizer's 12 Psi, and each

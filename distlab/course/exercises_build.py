@@ -48,6 +48,19 @@ def train_for(worker, strategy, steps: int, *, settings: dict = SETTINGS, batch:
     return run, record
 
 
+class TracedAverage(AllReduceEachParameter):
+    """Lesson 01: the library's data parallelism (each gradient all-reduced), keeping the parameters after
+    every update: what a checker compares step by step (lessons 10 and 14's checkers train through it)."""
+
+    def __init__(self, worker):
+        super().__init__(worker)
+        self.trace = []
+
+    def update(self, run, step):
+        super().update(run, step)
+        self.trace.append(snapshot(run.model))
+
+
 class YourAverage(AllReduceEachParameter):
     """Lesson 01: data parallelism with the learner's gradient average in place of the library's."""
 

@@ -24,32 +24,23 @@ import io
 
 import torch
 
-from ..data_parallel.gradient_sync import AllReduceEachParameter
 from ..stepwise import compare, snapshot
 from ..train.reduce import GradientReducer
 from . import build
-from .exercises_build import begin, train_for
+from .exercises_build import TracedAverage, begin, train_for
 
 EXERCISE = "Build it: what a checkpoint holds"
 SETTINGS = dict(model="mlp", width=16, lr=0.1, optimizer="momentum", seed=0, dtype="float32")
 BATCH, STEPS, AT = 32, 8, 4          # per rank; the save comes after step AT of STEPS
 
 
-class Traced(AllReduceEachParameter):
+class Traced(TracedAverage):
     """Lesson 10: lesson 01's data parallelism, keeping the parameters after every update."""
-
-    def __init__(self, worker):
-        super().__init__(worker)
-        self.trace = []
 
     def prepare(self, run):
         """No broadcast of rank 0's parameters (the library's does one): each rank's restart must stand on
         its own checkpoint.  The ranks start alike anyway, from the same seed."""
         self.reducer = GradientReducer(self.worker, dict(run.model.named_parameters()), method=self.method)
-
-    def update(self, run, step):
-        super().update(run, step)
-        self.trace.append(snapshot(run.model))
 
 
 def resume(state: dict, model, optimizer) -> int:

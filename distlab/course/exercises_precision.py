@@ -35,12 +35,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..data_parallel.gradient_sync import AllReduceEachParameter
 from ..precision.mixed import Autocast, LossScaler, ScaledAutocast
-from ..stepwise import TOLERANCE, compare, snapshot
+from ..stepwise import TOLERANCE, compare
 from ..train.loop import start
 from . import build
-from .exercises_build import train_for
+from .exercises_build import TracedAverage, train_for
 
 EXERCISE = "Build it: a loss scaler"
 SETTINGS = dict(model="mlp", width=16, lr=0.1, optimizer="momentum", seed=0, dtype="float32")
@@ -49,19 +48,6 @@ GROWTH = 4                 # clean updates in a row before the scale doubles (th
 INIT_SCALE = 2.0 ** 24     # the loss times 2^24 overflows fp16 (65504) inside backward at once
 STEPS = 16
 TASK = "distlab.course.exercises_precision:precision_task"
-
-
-class Traced(AllReduceEachParameter):
-    """Lesson 14: lesson 01's gradient average (every rank then holds the same, still scaled, gradients),
-    then the precision's update; the parameters kept after every step."""
-
-    def __init__(self, worker):
-        super().__init__(worker)
-        self.trace = []
-
-    def update(self, run, step):
-        super().update(run, step)
-        self.trace.append(snapshot(run.model))
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,7 +135,7 @@ def precision_task(worker, fn, steps: int = STEPS, init_scale: float = INIT_SCAL
         run = start(worker, method="by_hand", precision=precision,
                     config=dict(SETTINGS, batch_size=BATCH, steps=steps, precision="fp16"), **SETTINGS)
         yours.names.update({id(p): n for n, p in run.model.named_parameters()})
-        strategy = Traced(worker)
+        strategy = TracedAverage(worker)   # the all-reduced, still scaled gradients, then the precision's update
         _, record = train_for(worker, strategy, steps, settings=SETTINGS, batch=BATCH, run=run)
         out[who] = dict(trace=record.loss_scale, params=strategy.trace)
     out["calls"] = yours.calls

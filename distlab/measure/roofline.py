@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..processes.cores import torch_threads
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -98,12 +100,8 @@ def peak_matmul(dtype: str = "float32", threads: int | None = None, size: int = 
     if isinstance(size, bool) or not isinstance(size, int) or size < 16:
         raise ValueError(f"size must be an integer of at least 16, got {size!r}")
     a, b = torch.randn(size, size).to(t), torch.randn(size, size).to(t)
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
+    with torch_threads(n):
         seconds = _best_seconds(lambda: a @ b, repeats)
-    finally:
-        torch.set_num_threads(before)
     return 2 * size ** 3 / seconds
 
 
@@ -115,12 +113,8 @@ def memory_bandwidth(megabytes: int = 256, threads: int | None = None, repeats: 
     n = _threads(threads)
     src = torch.ones(megabytes * 1_000_000 // 4)
     dst = torch.empty_like(src)
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
+    with torch_threads(n):
         seconds = _best_seconds(lambda: dst.copy_(src), repeats)
-    finally:
-        torch.set_num_threads(before)
     return 2 * src.numel() * 4 / seconds
 
 

@@ -164,16 +164,24 @@ def score_block_bytes(cfg, batch: int, tokens: int, *, tensor: int = 1, sequence
 
 
 def korthikanti_layer_bytes(tokens: int, batch: int, d_model: int, heads: int, *, tensor: int = 1,
-                            sequence_parallel: bool = False) -> float:
+                            sequence_parallel: bool = False, recompute: str = "none") -> float:
     """Lesson 12: Korthikanti et al. 2022's activation bytes of one transformer layer (16-bit numbers,
     dropout masks; their section 4, equations 1, 2 and 4): ``sbh(34 + 5as/h)`` on one rank,
     ``sbh(10 + 24/t + 5as/(ht))`` with tensor parallelism over ``t``, ``sbh/t (34 + 5as/h)`` with
     sequence parallelism as well (the region inputs kept in pieces and gathered again in backward).
-    ``transformer_activation_bytes`` adapts it to this course's model (32-bit, no dropout)."""
+    ``transformer_activation_bytes`` adapts it to this course's model (32-bit, no dropout).
+    ``recompute`` (lesson 14, their section 5 and table 2): ``"selective"`` drops the ``5as/h`` term (the
+    attention core's scores, softmax and dropout), ``"full"`` keeps each layer's input only, ``2sbh``
+    (``/t`` with sequence parallelism, whose layer input is in pieces)."""
     s, b, h, a, t = tokens, batch, d_model, heads, tensor
+    if recompute not in ("none", "selective", "full"):
+        raise ValueError(f"recompute must be 'none', 'selective' or 'full', got {recompute!r}")
+    scores = 0 if recompute == "selective" else 5 * a * s / h
+    if recompute == "full":
+        return 2 * s * b * h / (t if sequence_parallel else 1)
     if sequence_parallel:
-        return s * b * h / t * (34 + 5 * a * s / h)
-    return s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+        return s * b * h / t * (34 + scores)
+    return s * b * h * (10 + 24 / t + scores / t)
 
 
 def mlp_saved_bytes(batch: int, width: int, depth: int = 2, *, policy: str = "fp32", inputs: int = 64,

@@ -103,13 +103,18 @@ def _up(path: str) -> list[str]:
 
 
 @contextlib.contextmanager
+def torch_threads(threads: int):
+    """Lesson 12: run what is inside on ``threads`` of torch's threads, then give the caller its own back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def one_thread():
     """Lesson 12: run a one-process reference on one thread, as each rank runs, then give the notebook
     its threads back.  With two threads on two shared cores, one thread's share of each matrix product
     waits whenever the other core is busy: the reference ran up to ten times slower next to anything."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    return torch_threads(1)

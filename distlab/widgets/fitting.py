@@ -20,13 +20,10 @@ from matplotlib.figure import Figure
 from ..predict import activations as A
 from ..predict import memory as M
 from ..predict.flops import TransformerShape
-from .display import BLUE, GREEN, GREY, NARROW, ORANGE, PURPLE, SKY_BLUE, VERMILLION, WIDTH, LiveFigure, show
-from .memory import GPUS_GB, unit_for
+from .display import BLUE, NARROW, ORANGE, PURPLE, VERMILLION, LiveFigure, show
+from .memory import GPUS_GB, memory_figure, unit_for
 
-COLOURS = {"params": BLUE, "grads": SKY_BLUE, "master": PURPLE, "optimizer": ORANGE, "activations": GREY,
-           "weight copies": GREEN}
-LABELS = {"params": "parameters", "grads": "gradients", "master": "fp32 master copy", "optimizer": "optimizer state",
-          "activations": "activations", "weight copies": "autocast's weight copies"}
+CATEGORIES = ("params", "grads", "master", "optimizer", "activations", "weight copies")   # bottom first
 
 # Published shapes (layers, width, heads, tokens a sequence) for the activations of a named model.
 SHAPES = {"GPT-2 XL": (48, 1600, 25, 1024), "Llama 2 7B": (32, 4096, 32, 4096), "Llama 2 70B": (80, 8192, 64, 4096),
@@ -34,28 +31,9 @@ SHAPES = {"GPT-2 XL": (48, 1600, 25, 1024), "Llama 2 7B": (32, 4096, 32, 4096), 
 COURSE_READER = TransformerShape(d_model=64, heads=4, layers=2)     # lesson 12's reader, as lesson 14 runs it
 
 
-def _stacked(ax, bars: list[dict], categories) -> None:
-    """Lesson 14: stacked bars, one a dict of ``categories`` (bytes) with a ``label``."""
-    top = max(sum(b.get(c, 0) for c in categories) for b in bars) or 1
-    size, unit = unit_for(top)
-    for i, bar in enumerate(bars):
-        bottom = 0.0
-        for c in categories:
-            h = bar.get(c, 0) / size
-            ax.bar(i, h, bottom=bottom, color=COLOURS[c], width=0.7, label=LABELS[c] if i == 0 else None)
-            bottom += h
-    ax.set_xticks(range(len(bars)), [b["label"] for b in bars], fontsize=9)
-    ax.set_ylabel(unit)
-    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-
-
 def policy_figure(counted: dict[str, dict], title: str = "") -> None:
     """Lesson 14: one bar per precision policy from what a rank counted (``record.memory``)."""
-    fig = Figure(figsize=(NARROW, 3.4), layout="constrained")
-    ax = fig.add_subplot()
-    _stacked(ax, [dict(m, label=p) for p, m in counted.items()], list(COLOURS))
-    ax.set_title(title, fontsize=10)
-    show(fig)
+    show(memory_figure([dict(m, label=p) for p, m in counted.items()], title=title, categories=CATEGORIES))
 
 
 def exponent_figure(hist: dict, title: str = "") -> None:
@@ -103,9 +81,7 @@ def activation_bytes(model: str, recompute: str, batch: int = 1) -> float:
     if model == "the course's line reader":
         return A.transformer_activation_bytes(COURSE_READER, 8, 256, recompute=recompute)["total"]
     layers, h, a, s = SHAPES[model]
-    whole = A.korthikanti_layer_bytes(s, batch, h, a)
-    per_layer = {"none": whole, "selective": 34 * s * batch * h, "full": 2 * s * batch * h}[recompute]
-    return layers * per_layer
+    return layers * A.korthikanti_layer_bytes(s, batch, h, a, recompute=recompute)
 
 
 def fitting_bars(params: float, ranks: int, *, stage: int, policy: str, offload: str, activations: float,
@@ -117,13 +93,11 @@ def fitting_bars(params: float, ranks: int, *, stage: int, policy: str, offload:
     runs (an upper bound: the course's MLP needs none for its first layer, ``activations.mlp_saved_bytes``)."""
     kept = M.per_rank(params, ranks, stage=stage, optimizer=optimizer, precision=M.POLICY_ACCOUNTING[policy],
                       master_copy=policy == "bf16_master")
-    share = kept.optimizer / max(M.bytes_per_parameter(policy, optimizer)["master"]
-                                 + M.bytes_per_parameter(policy, optimizer)["optimizer"], 1)
+    each = M.bytes_per_parameter(policy, optimizer)
+    held = kept.optimizer / max(each["master"] + each["optimizer"], 1)     # the parameters this rank's optimizer holds
     copies = 2 * params if M.POLICY_ACCOUNTING[policy] == "autocast" else 0.0    # every weight's 16-bit copy
-    cats = {"params": kept.params, "grads": kept.grads,
-            "master": share * M.bytes_per_parameter(policy, optimizer)["master"],
-            "optimizer": share * M.bytes_per_parameter(policy, optimizer)["optimizer"], "activations": activations,
-            "weight copies": copies}
+    cats = {"params": kept.params, "grads": kept.grads, "master": held * each["master"],
+            "optimizer": held * each["optimizer"], "activations": activations, "weight copies": copies}
     moved = {"none": (), "optimizer": ("master", "optimizer", "grads"),
              "params": ("master", "optimizer", "grads", "params")}[offload]
     device = {c: (0.0 if c in moved else v) for c, v in cats.items()}
@@ -150,17 +124,12 @@ def fitting_calculator(reader_params: int) -> LiveFigure:
         return fitting_bars(models[m], n, stage=s, policy=p, offload=o, activations=activation_bytes(m, r))
 
     def draw(m, n, s, p, r, o, g):
-        fig = Figure(figsize=(min(WIDTH, 6.5), 3.4), layout="constrained")
-        ax = fig.add_subplot()
         got = bars(m, n, s, p, r, o)
-        _stacked(ax, got, list(COLOURS))
-        size, unit = unit_for(max(sum(v for k, v in b.items() if k != "label") for b in got) or 1)
         device = sum(v for k, v in got[0].items() if k != "label")
-        if device > 0.05 * g * 1e9:              # a line a small model's bars would vanish under: not drawn
-            ax.axhline(g * 1e9 / size, color=VERMILLION, linestyle="--", label=f"GPU memory {g} GB")
-        ax.set_title(f"{m}, {n} ranks, {p}, recompute {r}, offload {o}: "
-                     f"{'fits' if device <= g * 1e9 else 'does NOT fit'} a {g} GB GPU", fontsize=10)
-        return fig
+        budget = g * 1e9 if device > 0.05 * g * 1e9 else None    # a small model's bars would vanish under it
+        return memory_figure(got, budget=budget, categories=CATEGORIES,
+                             title=f"{m}, {n} ranks, {p}, recompute {r}, offload {o}: "
+                                   f"{'fits' if device <= g * 1e9 else 'does NOT fit'} a {g} GB GPU")
 
     def describe(m, n, s, p, r, o, g):
         device, host = (sum(v for k, v in b.items() if k != "label") for b in bars(m, n, s, p, r, o))

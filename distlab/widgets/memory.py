@@ -17,11 +17,15 @@ import ipywidgets as W
 from matplotlib.figure import Figure
 
 from ..predict import memory as M
-from .display import BLUE, GREY, ORANGE, SKY_BLUE, VERMILLION, WIDTH, LiveFigure
+from .display import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY_BLUE, VERMILLION, WIDTH, LiveFigure
 
-CATEGORY_COLOURS = {"params": BLUE, "grads": SKY_BLUE, "optimizer": ORANGE, "activations": GREY}
-CATEGORY_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state",
-                   "activations": "activations"}
+# lesson 14 adds the fp32 master copy and autocast's 16-bit weight copies (``widgets.fitting``)
+CATEGORY_COLOURS = {"params": BLUE, "grads": SKY_BLUE, "master": PURPLE, "optimizer": ORANGE, "activations": GREY,
+                    "weight copies": GREEN}
+CATEGORY_LABELS = {"params": "parameters", "grads": "gradients", "master": "fp32 master copy",
+                   "optimizer": "optimizer state", "activations": "activations",
+                   "weight copies": "autocast's weight copies"}
+LESSON_08 = ("params", "grads", "optimizer", "activations")    # the categories lesson 08's bars stack
 GPUS_GB = (16, 24, 40, 80, 141)
 SHOWN_RANKS = 8          # more bars than this would be too thin to read: the rest are the same
 
@@ -34,20 +38,22 @@ def unit_for(nbytes: float) -> tuple[float, str]:
     return 1.0, "B"
 
 
-def memory_figure(bars: list[dict], budget: float | None = None, title: str = "") -> Figure:
+def memory_figure(bars: list[dict], budget: float | None = None, title: str = "",
+                  categories=LESSON_08) -> Figure:
     """Lesson 08: one stacked bar per entry of ``bars`` ({"label", "params", "grads", ...} in bytes).
 
-    ``budget`` (bytes) draws a line at a GPU's memory: a bar above it does not fit.
+    ``budget`` (bytes) draws a line at a GPU's memory: a bar above it does not fit.  ``categories``: which
+    of ``CATEGORY_COLOURS`` to stack, bottom first (lesson 14 adds the master copy and weight copies).
     """
-    top = max([sum(b.get(c, 0) for c in CATEGORY_COLOURS) for b in bars] + [budget or 0])
+    top = max([sum(b.get(c, 0) for c in categories) for b in bars] + [budget or 0])
     size, unit = unit_for(top)
     fig = Figure(figsize=(min(WIDTH, 2.0 + 0.9 * len(bars)), 3.6), layout="constrained")
     ax = fig.add_subplot()
     for i, bar in enumerate(bars):
         bottom = 0.0
-        for category, colour in CATEGORY_COLOURS.items():
+        for category in categories:
             height = bar.get(category, 0) / size
-            ax.bar(i, height, bottom=bottom, color=colour, width=0.7,
+            ax.bar(i, height, bottom=bottom, color=CATEGORY_COLOURS[category], width=0.7,
                    label=CATEGORY_LABELS[category] if i == 0 else None)
             bottom += height
     if budget:
