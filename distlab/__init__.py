@@ -27,7 +27,7 @@ it); every module names the lesson that introduces it.  How a run is put togethe
                   axes, lesson 07's 3D MLP, and the registry a run config reads its strategies from
 - ``measure/``    speedup measured on real ranks, and the fits that explain it (lesson 05)
 - ``cluster/``    one run config and what carries it to a cluster (lesson 09)
-- ``course/``     the exercises' checkers and the learner's stored results (lessons 00-13)
+- ``course/``     the exercises' checkers and the learner's stored results (lessons 00-15)
 - ``widgets/``    the lessons' pictures, drawn only from records
 - ``doctor``, ``cli``   what this machine can do (lesson 00), and ``distlab`` in a terminal
 """

@@ -70,6 +70,9 @@ class RankRecord:
     router: dict = field(default_factory=dict)
     # lesson 14: (loss scale, update skipped) per update, when fp16 scales its loss (``precision.mixed``)
     loss_scale: list = field(default_factory=list)
+    # lesson 15: per step, every bucket of gradients sent during backward (``train.overlap``): its launch and
+    # when this rank's wait for it returned
+    buckets: list = field(default_factory=list)
 
     @property
     def losses(self) -> list[float]:

@@ -233,7 +233,20 @@ my_levers = {"in fp16 the smallest gradients become zero": ...,
 check.memory_levers(my_levers)
 
 # %% [markdown]
-# ## 15. Build it: the rule behind every verdict
+# ## 15. Where the time goes (lesson 15, optional: skip if you have not taken it yet)
+#
+# For each place a step loses time, which lever wins it back: `"buckets"`, `"zero bubble"`, `"post
+# the hop first"`, `"no_sync"` or `"one bucket as large as the model"`? One of the five answers none.
+
+# %%
+my_time_levers = {"the gradients' all-reduce starts only once backward has ended": ...,
+                  "a pipeline's stages idle in the cool-down of every step": ...,
+                  "each ring-attention hop is waited for in full before its block is used": ...,
+                  "gradient accumulation all-reduces every gradient after each micro-batch": ...}
+check.time_levers(my_time_levers)
+
+# %% [markdown]
+# ## 16. Build it: the rule behind every verdict
 #
 # Every winner this course named came from lesson 01's rule. Write it: `my_verdict(a, b, margin)`
 # gets two lists of independent runs, higher is better, and the smallest gap that matters; it
@@ -259,7 +272,7 @@ def my_verdict(a, b, margin):
 exercises_verdict.verdict_rule(my_verdict, stored)
 
 # %% [markdown]
-# ## 16. Your course in one picture
+# ## 17. Your course in one picture
 #
 # Every panel is what one lesson stored when you ran it; a lesson you have not run says so.
 # Read it before the answer below: what did distributing change in the result, what did it cost,
@@ -272,7 +285,7 @@ from distlab.widgets.display import show
 show(course_figure(stored))
 
 # %% [markdown]
-# ## 17. The answer for the insurance company
+# ## 18. The answer for the insurance company
 #
 # Built from what **you** measured (each line says which lesson it comes from; a lesson you
 # did not run is named instead of a number):

@@ -10,6 +10,7 @@ from distlab.course import exercises_failure as exf
 from distlab.course import exercises_long_lines as exll
 from distlab.course import exercises_experts as exx
 from distlab.course import exercises_fitting as exfit
+from distlab.course import exercises_time as ext
 from distlab.data import load_digits
 from distlab.predict import alpha_beta, traffic
 
@@ -32,6 +33,12 @@ LEVER_TROUBLES = ["in fp16 the smallest gradients become zero",
                   "every block's activations, not only attention's, fill the accelerator's memory",
                   "Adam's moments and the fp32 master copy do not fit, and the host has memory to spare"]
 LEVERS = ["loss scaling", "selective recomputation", "full recomputation", "offload"]
+TIME_TROUBLES = ["the gradients' all-reduce starts only once backward has ended",
+                 "a pipeline's stages idle in the cool-down of every step",
+                 "each ring-attention hop is waited for in full before its block is used",
+                 "gradient accumulation all-reduces every gradient after each micro-batch"]
+TIME_LEVERS = ["buckets", "zero bubble", "post the hop first", "no_sync"]
+H100_DP = dict(params=7e9, ranks=64, bandwidth=50e9, flops=989e12)
 PLACES = ["the data takes too long on one worker", "the model does not fit in one worker's memory",
           "the optimizer's state does not fit, the model does"]
 STORED = {"01": {"world_size": 2, "max_param_difference": 3.6e-7},
@@ -122,6 +129,19 @@ CASES = {
                             "count bytes"),
     "14 selective saving, one head": (exfit.selective_saving, dict(batch=8, tokens=256, heads=4), 8_388_608,
                                       524_288, "times the heads"),
+    "15 ZB-H1 bubble": (ext.zb_h1_bubble, dict(stages=4, micro_batches=8), 3 / 27, 3 / 11, "1F1B's bubble"),
+    "15 ZB-H1 bubble, idle over busy": (ext.zb_h1_bubble, dict(stages=4, micro_batches=8), 3 / 27, 3 / 24,
+                                        "idle / (busy + idle)"),
+    "15 tokens to hide": (ext.tokens_to_hide, H100_DP, 63 / 64 * 989e12 / 50e9, 989e12 / 50e9 / 2,
+                          "sends each byte about twice"),
+    "15 tokens to hide, fp32": (ext.tokens_to_hide, H100_DP, 63 / 64 * 989e12 / 50e9, 2 * 63 / 64 * 989e12 / 50e9,
+                                "2 bytes a parameter"),
+    "11 time levers": (exc.time_levers, {}, dict(zip(TIME_TROUBLES, TIME_LEVERS)),
+                       dict(zip(TIME_TROUBLES, ["one bucket as large as the model"] + TIME_LEVERS[1:])),
+                       "one bucket as large as the model can only leave at the end"),
+    "11 time levers, other names": (exc.time_levers, {}, dict(zip(TIME_TROUBLES, ["bucketing", "ZB-H1",
+                                                                                "overlapped ring", "no sync"])),
+                                    dict(zip(TIME_TROUBLES, TIME_LEVERS[:3] + ["buckets"])), "DDP's no_sync"),
     # lesson 11's knowledge check: stored results of the lessons, as course_results keeps them
     "11 long lines": (exc.long_line_split, {}, dict(zip(TROUBLES, ["tensor", "sequence", "context"])),
                       dict(zip(TROUBLES, ["tensor", "context", "context"])), "between the split regions"),

@@ -172,7 +172,20 @@ assert check.memory_levers({"in fp16 the smallest gradients become zero": "loss 
                                 "offload"})
 
 # %% [markdown]
-# **15. The verdict rule.** The standard error of each mean is `s/sqrt(n)`; the gap's is the root of
+# **15. Where the time goes.** Buckets launched from hooks leave while backward still computes; ZB-H1 fills
+# 1F1B's cool-down with deferred weight-gradient passes; posting the ring's next hop before computing hides
+# it behind the block's attention; `no_sync` sends the accumulated gradient once. One bucket as large as
+# the model answers none: it leaves only when backward has ended.
+
+# %%
+assert check.time_levers({"the gradients' all-reduce starts only once backward has ended": "buckets",
+                          "a pipeline's stages idle in the cool-down of every step": "zero bubble",
+                          "each ring-attention hop is waited for in full before its block is used":
+                              "post the hop first",
+                          "gradient accumulation all-reduces every gradient after each micro-batch": "no_sync"})
+
+# %% [markdown]
+# **16. The verdict rule.** The standard error of each mean is `s/sqrt(n)`; the gap's is the root of
 # their squares' sum. Welch's degrees of freedom weigh the two sides' variances; with 3 runs a side
 # Student's t at 99% is several times the normal's 2.58, which is what keeps a lucky gap between
 # three runs from naming a winner. A zero gap, or one under the margin, is no answer.

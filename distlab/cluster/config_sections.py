@@ -75,9 +75,13 @@ class Training(Section):
 class Parallel(Section):
     strategy: Literal[tuple(registry.STRATEGIES)] = Field(  # type: ignore[valid-type]  (the registry's names)
         "data", description="the training function (distlab.parallelize.registry): " + ", ".join(registry.STRATEGIES))
-    method: Literal["by_hand", "fused", "ddp"] = Field(
-        "ddp", description="how data parallelism averages gradients (strategy data): by hand, fused into one "
-                           "buffer, or the backend's own (DDP on torchrun, DistributedOptimizer on horovod)")
+    method: Literal["by_hand", "fused", "hooks", "buckets", "reduce_scatter", "ddp"] = Field(
+        "ddp", description="how data parallelism averages gradients (strategies data and transformer): by hand, "
+                           "fused into one buffer, sent during backward (lesson 15: a hook per parameter, buckets, "
+                           "reduce-scatter then all-gather), or the backend's own (DDP on torchrun, "
+                           "DistributedOptimizer on horovod)")
+    bucket_mb: float = Field(25.0, gt=0, description="strategies data and transformer: the cap of a bucket of "
+                                                     "gradients in MiB (lesson 15; DDP's bucket_cap_mb)")
     zero_stage: int = Field(0, ge=0, le=3, description="ZeRO stage (strategies zero: 0-2, fsdp: 3, deepspeed: 0-3)")
     data: int = Field(-1, ge=-1, description="strategy transformer: data replicas (-1: the ranks the others leave)")
     pipeline: int = Field(1, ge=-1, description="pipeline stages (strategies 3d and transformer; pipeline: one a "

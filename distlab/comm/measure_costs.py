@@ -143,6 +143,20 @@ measure.validate_args = measure_args
 measure.supports = frozenset({"torchrun", "cpu", "cuda"})
 
 
+def measure_link(worker, ping_pong_bytes=(8, 800, 8_000, 80_000, 800_000, 4_000_000, 8_000_000),
+                 repeats: int = 10) -> dict:
+    """Lesson 15 (worker): the ping-pong and the add of ``measure`` alone (a second or two), what
+    ``cost_model.fit_link`` fits this machine's ``Link`` from: ``{"ping_pong", "add"}``."""
+    check_torchrun(worker)
+    ping = _ping_pong(worker.rank, ping_pong_bytes, repeats)
+    add = _time_add([b // 4 for b in ping_pong_bytes if b >= 80_000], torch.float32, repeats)
+    return {"ping_pong": ping, "add": add}
+
+
+measure_link.validate_args = lambda world_size, **_: measure_args(world_size)
+measure_link.supports = frozenset({"torchrun", "cpu", "cuda"})
+
+
 def compare(measurement: dict, link: Link) -> list[dict]:
     """Lesson 03: measured (best repetition) next to predicted, per algorithm and size."""
     world, itemsize = measurement["world_size"], DTYPES[measurement["dtype"]].itemsize

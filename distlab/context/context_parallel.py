@@ -14,7 +14,10 @@ needs the others: each rank's queries need every rank's keys and values.  Three 
    online-softmax rule (each partial result carries its log-sum-exp, Milakov & Gimelshein 2018;
    ring attention: Liu et al. 2023).  The backward sends the blocks round again, each with its
    gradient, which every rank adds to on the way (the flash-attention backward, Dao 2022).
-   A rank holds two blocks at a time, whatever the number of ranks.
+   A rank holds two blocks at a time, whatever the number of ranks.  Lesson 15 (where the time
+   goes): the naive ring computes with its block and only then passes it on, so every hop's transfer
+   is waited for in full; the overlapped ring (the default, as picotron's ring attention does it)
+   posts the exchange first and computes while the block travels (``Piece.overlap``).
 3. **zig-zag** (``split="zigzag"``): with the causal model, a contiguous split gives the last rank
    the most work (its queries see every block) and the first the least.  Cutting the line into
    ``2 x ranks`` chunks and giving rank ``r`` chunks ``r`` and ``2 x ranks - 1 - r`` evens it out.
@@ -26,6 +29,7 @@ group (``sum_token_grads``), as data parallelism sums over samples.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -65,18 +69,30 @@ class Piece(LinePiece):
     ``log`` keeps each message of the latest step (phase, hop, sender, receiver, chunks, bytes) and
     ``work`` the seconds this rank spent computing attention in it (its thread's CPU time, so that a
     rank waiting for a core is not charged for it): the lesson replays the ring from the one and
-    compares ranks' loads with the other."""
+    compares ranks' loads with the other.
 
-    def __init__(self, worker, group, tokens: int, split: str = "contiguous", attention: str = "ring"):
+    Lesson 15: ``overlap`` says when a hop's exchange starts: after the compute (False: the naive,
+    serial ring) or before it (True: the transfer travels behind the compute).  ``hops`` keeps one
+    record per hop of the latest step, in wall-clock seconds (``time.perf_counter``, one clock for
+    every rank of the machine): ``start``, ``post_s`` (starting the exchanges), ``compute_s``, ``wait_s``
+    (the *exposed* transfer: waiting for the exchange once the compute is done), ``transfer_s`` (serial
+    only: the exchange from its start to its end; None when overlapped, where it ran behind the compute)
+    and ``seconds`` (the hop)."""
+
+    def __init__(self, worker, group, tokens: int, split: str = "contiguous", attention: str = "ring",
+                 overlap: bool = True):
         if attention not in ATTENTION:
             raise ValueError(f"unknown context-parallel attention {attention!r}; use one of {', '.join(ATTENTION)}")
+        if not isinstance(overlap, bool):
+            raise ValueError(f"overlap must be True (post each hop's exchange before its compute) or False "
+                             f"(after it), got {overlap!r}")
         super().__init__(worker, group, tokens, split)
-        self.attention = attention
+        self.attention, self.overlap = attention, overlap
         self.new_step()
 
     def new_step(self) -> None:
-        """Forget the previous step's messages, attention time and blocks of scores."""
-        self.traffic, self.log, self.work = Traffic(), [], 0.0
+        """Forget the previous step's messages, hops, attention time and blocks of scores."""
+        self.traffic, self.log, self.work, self.hops = Traffic(), [], 0.0, []
         self.blocks = 0      # (chunk of queries, chunk of keys) blocks of scores computed forward
         self.computed = set()    # which ones (the lesson colours the mask by the rank that computed each)
 
@@ -109,17 +125,23 @@ class Piece(LinePiece):
         return out
 
     # -- 2. the ring ------------------------------------------------------------------------------
-    def pass_on(self, block: torch.Tensor, phase: str, hop: int, holder: int) -> torch.Tensor:
-        """Send ``block`` (held for the ``holder``-th rank) to the next rank, take the previous rank's."""
-        ranks = self.group.ranks
+    def post(self, block: torch.Tensor):
+        """Start sending ``block`` to the next rank and taking the previous rank's: a ``Pending`` whose
+        ``wait()`` (``Piece.wait``) gives the block that arrived.  Starting costs time too (``post_s``)."""
+        ranks, t0 = self.group.ranks, time.perf_counter()
         nxt, prev = ranks[(self.index + 1) % self.size], ranks[(self.index - 1) % self.size]
-        incoming = torch.empty_like(block)
-        self.worker.exchange(block, nxt, incoming, prev)
-        nbytes = block.numel() * block.element_size()
-        self.traffic.add(phase, block)
-        self.log.append({"phase": phase, "hop": hop, "from": self.worker.rank, "to": nxt,
-                         "chunks": chunk_ids(holder, self.size, self.split), "bytes": nbytes})
-        return incoming
+        pending = self.worker.exchange(block, nxt, torch.empty_like(block), prev, async_op=True)
+        self.hops[-1]["post_s"] += time.perf_counter() - t0
+        return pending
+
+    def sent(self, phase: str, hop: int, holder: int, *blocks: torch.Tensor) -> None:
+        """Count and log what this hop passes on: ``blocks`` (messages about the ``holder``-th rank's chunks)."""
+        for block in blocks:
+            self.traffic.add(phase, block)
+        self.log.append({"phase": phase, "hop": hop, "from": self.worker.rank,
+                         "to": self.group.ranks[(self.index + 1) % self.size],
+                         "chunks": chunk_ids(holder, self.size, self.split),
+                         "bytes": sum(b.numel() * b.element_size() for b in blocks)})
 
     def pairs(self, holder: int, causal: bool):
         """The (my chunk, its chunk) pairs of blocks to compute against the ``holder``-th rank's K/V:
@@ -130,11 +152,41 @@ class Piece(LinePiece):
                 if not (causal and kc > qc):
                     yield slice(i * c, (i + 1) * c), qc, slice(j * c, (j + 1) * c), kc
 
+    # -- where a hop's time goes (lesson 15) ------------------------------------------------------
+    def start_hop(self, phase: str, hop: int) -> None:
+        """A new hop of the ring: its record, its clock started."""
+        self.hops.append({"phase": phase, "hop": hop, "overlap": self.overlap, "start": time.perf_counter(),
+                          "post_s": 0.0, "compute_s": 0.0, "wait_s": 0.0, "transfer_s": None if self.overlap else 0.0})
+
+    @contextlib.contextmanager
+    def computing(self):
+        """What runs inside is this hop's compute: wall-clock seconds for the hop, CPU seconds for ``work``."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        yield
+        self.work += time.thread_time() - cpu
+        self._computed = time.perf_counter()
+        self.hops[-1]["compute_s"] += self._computed - wall
+
+    def wait(self, pending):
+        """``pending.wait()``; the seconds it takes are this hop's exposed transfer."""
+        t0 = time.perf_counter()
+        arrived = pending.wait()
+        self.hops[-1]["wait_s"] += time.perf_counter() - t0
+        return arrived
+
+    def end_hop(self) -> None:
+        """The hop is done: its seconds (serial: its exchange's too)."""
+        hop, now = self.hops[-1], time.perf_counter()
+        hop["seconds"] = now - hop["start"]
+        if not self.overlap:                 # serial: the exchange started after the compute, all of it exposed
+            hop["transfer_s"] = now - self._computed
 
 
-def split_line(model, worker, group, tokens: int, split: str = "contiguous", attention: str = "ring") -> Piece:
-    """Lesson 12: ``model`` (a ``LineReader``) now runs on this rank's piece of each line, in place."""
-    piece = Piece(worker, group, tokens, split, attention)
+def split_line(model, worker, group, tokens: int, split: str = "contiguous", attention: str = "ring",
+               overlap: bool = True) -> Piece:
+    """Lesson 12: ``model`` (a ``LineReader``) now runs on this rank's piece of each line, in place
+    (``overlap``, lesson 15: the ring's exchanges posted before each hop's compute, or after it)."""
+    piece = Piece(worker, group, tokens, split, attention, overlap)
     if tokens > model.cfg.positions:
         raise ValueError(f"a line of {tokens} tokens is longer than the model's {model.cfg.positions} positions")
     model.set_piece(piece)
@@ -157,7 +209,12 @@ def parallelize(model, layout) -> None:
 
 
 class _Ring(torch.autograd.Function):
-    """Lesson 12: ring attention, forward and backward written out (the flash-attention recurrences)."""
+    """Lesson 12: ring attention, forward and backward written out (the flash-attention recurrences).
+
+    Lesson 15: each hop posts its exchange after its compute (serial) or before it (overlapped).  A block's
+    gradients can only leave once this hop has added to them, so overlapped they travel behind the *next*
+    hop's compute (picotron's order).  Either way a hop adds its share, computed in fresh buffers, to the
+    gradients that arrived: the same messages and the same arithmetic, only the waiting moves."""
 
     @staticmethod
     def forward(ctx, q, k, v, piece, causal):
@@ -167,15 +224,20 @@ class _Ring(torch.autograd.Function):
         kv = torch.stack([k, v])                              # one message a hop
         for hop in range(n):
             holder = (me - hop) % n                           # whose K/V this rank holds now
-            t0 = time.thread_time()
-            for qs, qc, ks, kc in piece.pairs(holder, causal):
-                piece.blocks += 1
-                piece.computed.add((qc, kc))
-                o, s = block_attention(q[..., qs, :], kv[0][..., ks, :], kv[1][..., ks, :], qc, kc, causal)
-                out[..., qs, :], lse[..., qs, :] = merge(out[..., qs, :], lse[..., qs, :], o, s)
-            piece.work += time.thread_time() - t0
+            piece.start_hop("forward", hop)
+            onward = piece.post(kv) if piece.overlap and hop < n - 1 else None   # overlapped: it leaves first
+            with piece.computing():
+                for qs, qc, ks, kc in piece.pairs(holder, causal):
+                    piece.blocks += 1
+                    piece.computed.add((qc, kc))
+                    o, s = block_attention(q[..., qs, :], kv[0][..., ks, :], kv[1][..., ks, :], qc, kc, causal)
+                    out[..., qs, :], lse[..., qs, :] = merge(out[..., qs, :], lse[..., qs, :], o, s)
             if hop < n - 1:
-                kv = piece.pass_on(kv, "forward", hop, holder)
+                if onward is None:
+                    onward = piece.post(kv)                   # serial: it leaves only now
+                piece.sent("forward", hop, holder, kv)
+                kv = piece.wait(onward)
+            piece.end_hop()
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.piece, ctx.causal = piece, causal
         return out
@@ -187,25 +249,33 @@ class _Ring(torch.autograd.Function):
         n, me, scale = piece.size, piece.index, 1 / math.sqrt(q.shape[-1])
         delta = (d_out * out).sum(-1, keepdim=True)          # rowsum(dO * O): softmax's backward term
         dq = torch.zeros_like(q)
-        travel = torch.stack([k, v, torch.zeros_like(k), torch.zeros_like(v)])   # K, V and their gradients
+        kv, grads = torch.stack([k, v]), None    # grads: the held block's dK and dV so far, on their way here
         for hop in range(n):
-            holder = (me - hop) % n
-            kb, vb, dk, dv = travel.unbind(0)
-            t0 = time.thread_time()
-            for qs, qc, ks, kc in piece.pairs(holder, causal):
-                scores = q[..., qs, :] @ kb[..., ks, :].transpose(-2, -1) * scale
-                if causal and kc == qc:
-                    t = scores.shape[-1]
-                    hidden = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
-                    scores = scores.masked_fill(hidden, float("-inf"))
-                p = torch.exp(scores - lse[..., qs, :])          # the forward's probabilities, recomputed
-                dv[..., ks, :] += p.transpose(-2, -1) @ d_out[..., qs, :]
-                ds = p * (d_out[..., qs, :] @ vb[..., ks, :].transpose(-2, -1) - delta[..., qs, :])
-                dq[..., qs, :] += ds @ kb[..., ks, :] * scale
-                dk[..., ks, :] += ds.transpose(-2, -1) @ q[..., qs, :] * scale
-            piece.work += time.thread_time() - t0
-            if hop < n - 1:
-                travel = piece.pass_on(travel, "backward", hop, holder)
-        # one more hop takes each block's gradients (not K and V: their owner has them) home
-        dk, dv = piece.pass_on(travel[2:], "backward", n - 1, (me - n + 1) % n).unbind(0)
+            holder, last = (me - hop) % n, hop == n - 1
+            piece.start_hop("backward", hop)
+            onward = piece.post(kv) if piece.overlap and not last else None    # overlapped: K, V leave first
+            with piece.computing():
+                mine = torch.zeros_like(kv)                   # this hop's share of the held block's dK, dV
+                for qs, qc, ks, kc in piece.pairs(holder, causal):
+                    scores = q[..., qs, :] @ kv[0][..., ks, :].transpose(-2, -1) * scale
+                    if causal and kc == qc:
+                        t = scores.shape[-1]
+                        hidden = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+                        scores = scores.masked_fill(hidden, float("-inf"))
+                    p = torch.exp(scores - lse[..., qs, :])          # the forward's probabilities, recomputed
+                    mine[1][..., ks, :] += p.transpose(-2, -1) @ d_out[..., qs, :]
+                    ds = p * (d_out[..., qs, :] @ kv[1][..., ks, :].transpose(-2, -1) - delta[..., qs, :])
+                    dq[..., qs, :] += ds @ kv[0][..., ks, :] * scale
+                    mine[0][..., ks, :] += ds.transpose(-2, -1) @ q[..., qs, :] * scale
+            if not last and onward is None:
+                onward = piece.post(kv)                       # serial: K and V leave only now
+            d_kv = mine if grads is None else piece.wait(grads) + mine
+            grads = piece.post(d_kv)         # the gradients leave once this hop has added to them; the last
+            if not piece.overlap or last:    # hop takes them home (not K and V: their owner has them)
+                piece.wait(grads)            # overlapped, the others arrive behind the next hop's compute
+            piece.sent("backward", hop, holder, *([] if last else [kv]), d_kv)
+            if not last:
+                kv = piece.wait(onward)
+            piece.end_hop()
+        dk, dv = grads.wait().unbind(0)
         return dq, dk, dv, None, None

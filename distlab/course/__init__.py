@@ -1,4 +1,4 @@
-"""The course's exercises and the learner's stored results (lessons 00-14).
+"""The course's exercises and the learner's stored results (lessons 00-15).
 
 - ``checking``           how every checker answers: not yet, right, or not quite and why (lesson 00)
 - ``commands``           commands checked by what they do: horovodrun read option by option, distlab
@@ -22,6 +22,8 @@
                          real ranks against the run that never stopped
 - ``exercises_precision``  lesson 14's build-it checker: the learner's loss scaler, in fp16 training on
                          real ranks against the library's ``LossScaler``, update by update
+- ``exercises_overlap``  lesson 15's build-it checker: the learner's buckets sent from hooks during
+                         backward, on real ranks against the library's buckets
 - ``exercises_verdict``  lesson 11's build-it checker: the verdict rule, against ``distlab.verdict``
 - ``exercises_ring``     lesson 03's build-it checker: the learner's ring all-reduce against
                          ``dist.all_reduce`` on real ranks, chunk by chunk

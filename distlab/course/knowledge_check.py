@@ -208,6 +208,29 @@ def memory_levers(answers) -> bool | None:
         "add the master copy rather than remove it"})
 
 
+def time_levers(answers) -> bool | None:
+    """Lesson 11 (lesson 15): for each place a step loses time, the lever that wins it back: "buckets", "zero
+    bubble", "post the hop first", "no_sync" or "one bucket as large as the model" (one of them answers none)."""
+    expected = {"the gradients' all-reduce starts only once backward has ended": "buckets",
+                "a pipeline's stages idle in the cool-down of every step": "zero bubble",
+                "each ring-attention hop is waited for in full before its block is used": "post the hop first",
+                "gradient accumulation all-reduces every gradient after each micro-batch": "no_sync"}
+    synonyms = {"bucketing": "buckets", "gradient buckets": "buckets", "ddp buckets": "buckets",
+                "zb h1": "zero bubble", "zero bubble pipeline": "zero bubble",
+                "overlapped ring": "post the hop first", "overlap the hops": "post the hop first",
+                "no sync": "no_sync", "no sync()": "no_sync", "send once": "no_sync"}
+    return check_each("levers for time", answers, expected, synonyms=synonyms, hints={
+        "the gradients' all-reduce starts only once backward has ended": "launch each bucket from a hook as soon "
+        "as its gradients are written, so it travels while backward computes the rest (lesson 15, section 3); "
+        "one bucket as large as the model can only leave at the end",
+        "a pipeline's stages idle in the cool-down of every step": "split backward into B and W and run deferred "
+        "W passes where 1F1B idles: ZB-H1 (lesson 15, section 7)",
+        "each ring-attention hop is waited for in full before its block is used": "post the next hop's exchange, "
+        "compute with the block held, then wait (lesson 15, section 5)",
+        "gradient accumulation all-reduces every gradient after each micro-batch": "arm the hooks only for the "
+        "last micro-batch, as DDP's no_sync does (lesson 15, section 4)"})
+
+
 def tensor_parallel_traffic(answer, width: int = 512) -> bool | None:
     """Lesson 11 (lesson 07): as the batch grows, whose bytes per step grow: "tensor" or "data" parallelism's?"""
     from ..predict import traffic

@@ -31,6 +31,7 @@ from ..checks import check_int
 from ..processes.worker import Worker
 from ..records import RankRecord
 from .gradient_sync import METHODS, make_sync
+from ..train.overlap import DEFAULT_BUCKET_MB, check_bucket_mb
 from ..train.step import check_optimizer
 from ..train.loop import Strategy, check_settings, start, train_steps
 
@@ -60,9 +61,15 @@ def validate_args(world_size: int, *, method: str, collective: str, model: str, 
                   steps: int, lr: float, dtype: str, straggler, warmup_steps: int, depth: int = 2,
                   optimizer: str = "sgd", dataset: str = "digits", samples: int | None = None,
                   data_root: str | None = None, evaluate_every: int = 0, backend: str = "torchrun",
-                  device: str = "cpu", precision: str = "fp32", seed: int = 0) -> int:
+                  device: str = "cpu", precision: str = "fp32", seed: int = 0,
+                  bucket_mb: float = DEFAULT_BUCKET_MB) -> int:
     """Check a data-parallel job before any process starts; return the per-rank batch."""
     mixed.check(precision, dtype)
+    check_bucket_mb(bucket_mb)
+    if method == "ddp" and backend == "horovod" and bucket_mb != DEFAULT_BUCKET_MB:
+        raise ValueError(f"bucket_mb={bucket_mb!r} with Horovod: its DistributedOptimizer fuses tensors in a buffer "
+                         "whose size is set once, when the job starts (HOROVOD_FUSION_THRESHOLD), not per model; "
+                         "use launch(backend='torchrun') (DDP's bucket_cap_mb) or method='buckets'")
     if precision == "fp16_unscaled":
         warn_unscaled(world_size, model=model, width=width, depth=depth, batch_size=batch_size,
                       global_batch_size=global_batch_size, lr=lr, seed=seed, optimizer=optimizer, dataset=dataset,
@@ -119,7 +126,7 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
           straggler: tuple[int, float] | None = None, warmup_steps: int = 0,
           collective: str = "dist", depth: int = 2, optimizer: str = "sgd", dataset: str = "digits",
           samples: int | None = None, data_root: str | None = None, evaluate_every: int = 0,
-          precision: str = "fp32") -> RankRecord:
+          precision: str = "fp32", bucket_mb: float = DEFAULT_BUCKET_MB, around_step=None) -> RankRecord:
     """Lesson 01: train on this rank's shard, averaging gradients with the other ranks.
 
     Returns this rank's ``RankRecord``: loss and accuracy per step, the shard, timings, the
@@ -139,6 +146,10 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
     ``precision`` (lesson 14): ``"fp32"``, ``"bf16"`` or ``"fp16"`` (autocast; fp16 with a loss scaler), or
     ``"bf16_master"`` (the parameters stored in bf16, an fp32 master copy updated): ``mixed.policy``;
     ``"fp16_unscaled"``, fp16 autocast with no loss scaler, warns before it starts (``warn_unscaled``).
+    ``method`` (lesson 15) may also be ``"hooks"``, ``"buckets"`` or ``"reduce_scatter"``: the gradients sent
+    during backward (``train.overlap``), each bucket's launch in ``record.buckets``; ``bucket_mb`` caps their
+    buckets, and DDP's (``bucket_cap_mb``).  ``around_step`` (lesson 15): the loop runs each step inside
+    ``around_step(step)``; ``measure.traces.train`` profiles one step that way.
     """
     world, rank = worker.world_size, worker.rank
     b = per_rank_batch(world, batch_size, global_batch_size, n=train_samples(dataset, samples, data_root))
@@ -146,15 +157,15 @@ def train(worker, *, method: str = "by_hand", model: str = "mlp", width: int = 6
                 config=dict(model=model, width=width, batch_size=b, steps=steps, lr=lr, seed=seed,
                             dtype=dtype, straggler=straggler, warmup_steps=warmup_steps,
                             collective=collective, depth=depth, optimizer=optimizer, dataset=dataset,
-                            samples=samples, data_root=data_root, **mixed.named(precision)), depth=depth,
-                optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root,
+                            samples=samples, data_root=data_root, bucket_mb=bucket_mb, **mixed.named(precision)),
+                depth=depth, optimizer=optimizer, dataset=dataset, samples=samples, data_root=data_root,
                 precision=mixed.policy(precision, worker.device.type))
     n = run.data.n_train
-    train_steps(run, make_sync(method, worker, collective), steps,
+    train_steps(run, make_sync(method, worker, collective, bucket_mb), steps,
                 lambda step: rank_batch(n, rank, world, b, step, seed=seed),
                 lr_at=lambda step: warmup_lr(lr, step, warmup_steps, world),
                 straggler=straggler, record_grads_at=record_grads_at, layers=record_layers,
-                evaluate_every=evaluate_every)
+                evaluate_every=evaluate_every, around_step=around_step)
     return count_bytes(run, rank_batch(n, rank, world, b, 0, seed=seed))
 
 

@@ -27,6 +27,11 @@ fusion* and DDP's *buckets* do with small tensors;
 the backend's own adds the overlap with backward, which is why its communication cannot be
 timed apart from the computation (its ``StepRecord``s have no communication times).
 All four give the same parameters, up to rounding (the tests check it).
+
+Lesson 15 adds three that send *during* backward, from hooks on the parameters (``Overlapped``:
+``method="hooks"``, ``"buckets"`` or ``"reduce_scatter"``, ``train.overlap``): their communication is
+timed as what is left to wait for once backward has ended (the *exposed* part), and each bucket's launch
+goes into the record (``RankRecord.buckets``).  ``bucket_mb`` sets the buckets' cap, and DDP's too.
 """
 from __future__ import annotations
 
@@ -35,8 +40,9 @@ import torch
 
 from ..train.reduce import GradientReducer
 from ..train.loop import Run, Strategy
+from ..train.overlap import DEFAULT_BUCKET_MB, OVERLAPPED
 
-METHODS = ("by_hand", "fused", "ddp")
+METHODS = ("by_hand", "fused", *OVERLAPPED, "ddp")
 
 
 class AllReduceEachParameter(Strategy):
@@ -82,26 +88,47 @@ class AllReduceFused(AllReduceEachParameter):
     method = "fused"
 
 
+class Overlapped(AllReduceEachParameter):
+    """Lesson 15: the gradients sent during backward (``train.overlap``); ``communicate`` only waits, so the
+    time it returns is the communication backward did not hide."""
+
+    def __init__(self, worker, method: str, bucket_mb: float = DEFAULT_BUCKET_MB):
+        super().__init__(worker)
+        self.method, self.bucket_mb = method, bucket_mb
+
+    def prepare(self, run: Run) -> None:
+        with torch.no_grad():
+            for p in run.model.parameters():
+                self.worker.broadcast(p.data, src=0)
+        self.reducer = GradientReducer(self.worker, dict(run.model.named_parameters()), method=self.method,
+                                       bucket_mb=self.bucket_mb)
+        run.record.buckets = self.reducer.overlap.timeline
+
+
 class BackendDataParallel(Strategy):
-    """Lessons 01 and 02: the backend's own data parallelism (``Worker.data_parallel``)."""
+    """Lessons 01 and 02: the backend's own data parallelism (``Worker.data_parallel``; lesson 15:
+    ``bucket_mb``, DDP's ``bucket_cap_mb``)."""
 
     in_backward = True
 
-    def __init__(self, worker):
-        self.worker = worker
+    def __init__(self, worker, bucket_mb: float = DEFAULT_BUCKET_MB):
+        self.worker, self.bucket_mb = worker, bucket_mb
 
     def prepare(self, run: Run) -> None:
-        run.net, run.optimizer = self.worker.data_parallel(run.model, run.optimizer)
+        run.net, run.optimizer = self.worker.data_parallel(run.model, run.optimizer, bucket_mb=self.bucket_mb)
 
     def update(self, run: Run, step: int) -> None:
         self.worker.wait(run.optimizer)      # Horovod: its all-reduces, with the job's timeout
         run.precision.step(run.optimizer)
 
 
-def make_sync(method: str, worker, collective: str = "dist") -> Strategy:
-    """Lesson 01: the strategy for ``method`` (and, by hand, the all-reduce ``collective``)."""
+def make_sync(method: str, worker, collective: str = "dist", bucket_mb: float = DEFAULT_BUCKET_MB) -> Strategy:
+    """Lesson 01: the strategy for ``method`` (and, by hand, the all-reduce ``collective``; lesson 15: the
+    buckets' cap)."""
     if method == "ddp":
-        return BackendDataParallel(worker)
+        return BackendDataParallel(worker, bucket_mb)
+    if method in OVERLAPPED:
+        return Overlapped(worker, method, bucket_mb)
     if method == "fused":
         return AllReduceFused(worker)
     if collective != "dist":

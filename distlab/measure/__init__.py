@@ -7,4 +7,8 @@
 - ``more_data``    more data, more accuracy: the company's question, answered on real ranks (lesson 05)
 - ``roofline``     this machine's measured peak FLOP/s and memory bandwidth, the roofline, MFU, and published
                    GPU figures to read a run against (lesson 15, issue 39)
+- ``exposed``      the ways to send gradients timed side by side: the communication left after backward, and
+                   each bucket against backward (lesson 15)
+- ``traces``       one step traced with torch.profiler on every rank, read back as compute and communication,
+                   and its exposed communication (lesson 15)
 """

@@ -1,6 +1,6 @@
 """How fast this machine can compute and move bytes, and how close a training step comes.
 
-Written for lesson 15, "Where the time goes" (issue 39; the lesson itself is still to be written).
+Introduced in lesson 15 ("Where the time goes").
 
 A step's time is bounded twice (Williams, Waterman and Patterson 2009, "Roofline: an insightful visual
 performance model for multicore architectures"): by the machine's peak arithmetic, ``P`` FLOP/s, and by
@@ -145,3 +145,22 @@ def record_mfu(record, peak: float) -> float:
     if not record.flops_per_step or not record.steps:
         raise ValueError("this record has no counted FLOPs or no steps: its MFU cannot be read")
     return mfu(record.flops_per_step, record.wall_time / len(record.steps), peak)
+
+
+def bytes_moved_estimate(record) -> int:
+    """Lesson 15: an *estimate* of the bytes a step moves through memory: every byte the rank holds after its
+    last update (``record.memory``: parameters, gradients, optimizer state, what one forward keeps for
+    backward) read once and written once.  Caches, re-reads inside a matrix product and temporaries are not
+    counted, so the true figure can be larger or smaller: a lesson says it is an estimate."""
+    if not record.memory:
+        raise ValueError("this record counted no bytes (record.memory is empty): nothing to estimate from")
+    return 2 * sum(record.memory.values())
+
+
+def place_on_roofline(record, peak: float, bandwidth: float) -> dict:
+    """Lesson 15: where one run's step stands: its intensity (counted FLOPs over the estimated bytes), the FLOP/s
+    it reached, the roofline's bound at that intensity, and its MFU."""
+    intensity = record.flops_per_step / bytes_moved_estimate(record)
+    achieved = record.flops_per_step / (record.wall_time / len(record.steps))
+    return {"intensity": intensity, "achieved": achieved, "bound": attainable(intensity, peak, bandwidth),
+            "mfu": record_mfu(record, peak), "memory_bound": intensity < ridge(peak, bandwidth)}

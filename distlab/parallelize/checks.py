@@ -21,6 +21,7 @@ from ..tensor import heads_split as tp
 from ..tensor.sequence_parallel import check_split
 from ..tensor.tensor_parallel import check_tensor_parallel
 from ..sequence.transformer import TransformerConfig
+from ..train.overlap import OVERLAPPED, check_bucket_mb
 from ..train.reduce import METHODS
 from ..precision import mixed
 from ..train import recompute
@@ -61,8 +62,13 @@ def check(world_size: int, spec: TrainSpec, backend: str = "torchrun", device: s
                          f"expert ranks each train lines of their own) of {p.micro_batches} micro-batches")
     if p.method not in METHODS:
         raise ValueError(f"method={p.method!r}: this trainer's gradients go through the one gradient reducer "
-                         f"(train.reduce), by hand or fused: set method to one of {', '.join(METHODS)}"
+                         f"(train.reduce): set method to one of {', '.join(METHODS)}"
                          + (" ('ddp', the backend's own, is plain data parallelism's)" if p.method == "ddp" else ""))
+    check_bucket_mb(p.bucket_mb)
+    if p.method in OVERLAPPED and sizes["pipeline"] > 1:
+        raise ValueError(f"method={p.method!r} sends gradients from hooks during backward; a pipeline stage runs "
+                         "backward once per micro-batch in its schedule's order, which these hooks do not follow "
+                         "(lesson 15): use method 'fused' or 'by_hand' with pipeline > 1")
     check_optimizer(t.optimizer)
     check_int("steps", t.steps)
     check_positive("lr", t.lr)

@@ -131,6 +131,7 @@ STRATEGIES: dict[str, Recipe] = {s.name: s for s in (
     Recipe("data", "distlab.data_parallel.data_parallel:train", "01",
              "data parallelism: every rank a full copy, gradients averaged",
              _common(*MODEL, DTYPE, OPTIMIZER, PRECISION, Arg("method", "parallel.method"),
+                     Arg("bucket_mb", "parallel.bucket_mb"),
                      Arg("dataset", "data.dataset"), Arg("samples", "data.samples"), Arg("data_root", "data.root")),
              fixed={"record_grads_at": ()}),
     Recipe("local_sgd", "distlab.data_parallel.local_sgd:train", "04",

@@ -55,7 +55,10 @@ class MicroSteps(Strategy):
             self.watch.before()
         run.optimizer.zero_grad()
         loss = accuracy = 0.0
-        for xs, ys in zip(x.chunk(self.m), y.chunk(self.m)):
+        overlap = self.par.reducer.overlap        # lesson 15: sent during the last micro-batch's backward only
+        for i, (xs, ys) in enumerate(zip(x.chunk(self.m), y.chunk(self.m))):
+            if overlap is not None:
+                overlap.armed = i == self.m - 1
             with self.watch.forward() if self.watch else nullcontext():
                 part_loss, part_accuracy = micro_step(run.model, xs, ys, share=self.m, precision=run.precision)
             loss, accuracy = loss + part_loss / self.m, accuracy + part_accuracy / self.m
@@ -81,6 +84,8 @@ class MicroSteps(Strategy):
         run.record.params = {n: getattr(p, "full_tensor", lambda p=p: p)().detach().cpu().clone()
                              for n, p in self.par.params.items()}
         run.record.loss_scale = run.precision.trace()            # lesson 14: fp16's scale, step by step
+        if self.par.reducer.overlap is not None:                 # lesson 15: each step's buckets, sent in backward
+            run.record.buckets = self.par.reducer.overlap.timeline
 
 
 def describe_layout(spec: TrainSpec, sizes: dict) -> str:

@@ -88,5 +88,5 @@ def parallelize(model, worker, mesh, spec, sample: torch.Tensor) -> Parallelized
     else:
         held = dict(model.named_parameters())
     params = {expert_parallel.one_process_name(name, model): q for name, q in held.items()}
-    reducer = GradientReducer(worker, params, mesh, spec.parallel.method)
+    reducer = GradientReducer(worker, params, mesh, spec.parallel.method, bucket_mb=spec.parallel.bucket_mb)
     return Parallelized(model, layout, params, reducer, stage)

@@ -84,6 +84,7 @@ class Watch:
         if piece is not None:
             self.attention_by_step.append(piece.work)
             record.ring = {"bytes": dict(piece.bytes), "log": list(piece.log), "attention_seconds": piece.work,
+                           "hops": list(getattr(piece, "hops", [])),      # lesson 15: each hop's compute and wait
                            "score_blocks": piece.blocks, "attention_seconds_by_step": list(self.attention_by_step),
                            "computed": sorted(piece.computed), "chunks": piece.tokens // piece.chunk}
         if self.experts:

@@ -76,6 +76,7 @@ def train(worker, *, model: str = "mlp", width: int = 64, depth: int = 2, global
     ``chunks`` each, interleaved), with the given schedule and number of micro-batches.
 
     ``micro_batches=1`` with ``"gpipe"`` is naive model parallelism: one stage works at a time.
+    ``"zb_h1"`` (lesson 15) splits each backward into B and W and runs the W's where 1F1B idles.
     ``order`` (lesson 06's build-it exercise): each stage's passes as ``[[("F", 0), ...], ...]``,
     run instead of the named schedule's (``schedules.check_order`` checks it first).
     Returns this rank's record: its own parameters (named as in the whole model), the loss per

@@ -8,14 +8,20 @@ instead: the first half of the one micro-step, ``train.step.forward_loss``) and 
 ``train.step.stage_backward``).  Activations travel forward with tag 2v, their gradients back with tag
 2v + 1 (v: the virtual stage that sent them), over ``Worker.send``/``recv``; every pass and message is
 written down with its start and end (``events``), the record lesson 06's timeline is drawn from.
+
+Lesson 15 ("Where the time goes"): when the schedule has W passes (ZB-H1), the backward is split: B
+computes only the gradient of the input, sends it back at once, and keeps what W needs
+(``train.step.input_backward``); W adds the parameters' gradients later (``weight_backward``).
 """
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import torch
 
-from ..train.step import FP32, backward, extra_losses, forward_loss, stage_backward
+from ..train.step import (FP32, backward, extra_losses, forward_loss, input_backward, piece_outputs,
+                          stage_backward, weight_backward)
 
 
 class Stage:
@@ -35,6 +41,8 @@ class Stage:
         self.precision = FP32                 # lesson 14: set by the trainer; 16-bit precisions send 16 bits
         self.last = len(parts) - 1            # the virtual stage that computes the loss
         self.saved: dict[tuple[int, int], tuple] = {}    # (micro, chunk) -> input, output, extra losses
+        self.split = False                    # lesson 15: B and W separate (a schedule with W passes)
+        self.pending: dict[tuple[int, int], list] = {}   # (micro, chunk) -> what its W needs, left by B
         self.sending: list = []               # isend requests, completed at the end of the step
         self.events: list[dict] = []
 
@@ -62,25 +70,26 @@ class Stage:
 
     def _note(self, step: int, kind: str, op, t0: float) -> None:
         self.worker.synchronize()             # (on a GPU: the pass's kernels done before its end is read)
-        self.events.append({"step": step, "kind": kind, "micro": op.micro, "chunk": op.chunk,
+        self.events.append({"step": step, "kind": kind, "micro": op.micro, "chunk": op.chunk, "pass": op.kind,
                             "start": t0, "end": time.time(), "held": len(self.saved)})
 
-    # -- the two passes -----------------------------------------------------------------------
+    # -- the two passes (lesson 15: the backward's second half, W, apart) -----------------------
     def forward(self, step: int, op, xs, ys, m: int):
         v = op.chunk * self.p + self.rank
         inp = xs[op.micro] if v == 0 else self._recv(step, op, v, v - 1, tag=2 * (v - 1)).requires_grad_()
         t0 = time.time()
         result, extra = None, None
-        if v == self.last:          # the loss of the whole batch is the mean of the m micro-batches'
-            y = ys[op.micro]        # (the one micro-step's forward half, train/step.py)
-            out, loss, accuracy = forward_loss(self.parts[v], inp, y, loss=self.loss, share=m,
-                                               precision=self.precision)
-            result = (loss / m, accuracy * len(y))
-        else:
-            with self.precision.autocast():
-                out = self.parts[v](inp)
-                extra = extra_losses(self.parts[v])      # what its layers add to the loss (experts), now
-        self.saved[(op.micro, op.chunk)] = (inp, out, extra)
+        with piece_outputs(self.parts[v]) if self.split else nullcontext([]) as kept:   # what W will need
+            if v == self.last:          # the loss of the whole batch is the mean of the m micro-batches'
+                y = ys[op.micro]        # (the one micro-step's forward half, train/step.py)
+                out, loss, accuracy = forward_loss(self.parts[v], inp, y, loss=self.loss, share=m,
+                                                   precision=self.precision)
+                result = (loss / m, accuracy * len(y))
+            else:
+                with self.precision.autocast():
+                    out = self.parts[v](inp)
+                    extra = extra_losses(self.parts[v])      # what its layers add to the loss (experts), now
+        self.saved[(op.micro, op.chunk)] = (inp, out, extra, kept)
         self._note(step, "F", op, t0)
         if v != self.last:
             self._send(step, op, out.detach(), v + 1, tag=2 * v)
@@ -88,28 +97,43 @@ class Stage:
 
     def backward(self, step: int, op) -> None:
         v = op.chunk * self.p + self.rank
-        inp, out, extra = self.saved.pop((op.micro, op.chunk))
+        key = (op.micro, op.chunk)
+        inp, out, extra, kept = self.saved[key] if self.split else self.saved.pop(key)   # split: W frees it
         grad = None if v == self.last else self._recv(step, op, v, v + 1, tag=2 * v + 1)
         t0 = time.time()
-        if v == self.last:
+        if self.split:                      # lesson 15: B alone, the input's gradient; W comes later
+            grad = None if grad is None else grad.to(out.dtype)
+            inp_grad, self.pending[(op.micro, op.chunk)] = input_backward(
+                out, grad, inp if v > 0 else None, kept, extra, share=self.m, precision=self.precision)
+        elif v == self.last:
             backward(out, self.precision)   # from the loss (scaled, fp16): adds this micro-batch's gradients
         else:
             stage_backward(out, grad.to(out.dtype), extra, share=self.m, precision=self.precision)
         self._note(step, "B", op, t0)
         if v > 0:
-            self._send(step, op, inp.grad, v - 1, tag=2 * (v - 1) + 1)
+            self._send(step, op, inp_grad if self.split else inp.grad, v - 1, tag=2 * (v - 1) + 1)
+
+    def weight(self, step: int, op) -> None:
+        """Lesson 15: W, the parameters' half of micro-batch ``op.micro``'s backward; frees what it held."""
+        t0 = time.time()
+        weight_backward(self.pending.pop((op.micro, op.chunk)), share=self.m, precision=self.precision)
+        del self.saved[(op.micro, op.chunk)]
+        self._note(step, "W", op, t0)
 
     def run(self, step: int, ops, xs, ys, m: int) -> tuple[float, int]:
         """One training step: the schedule's passes in order; returns (loss, correct) where known."""
         loss, correct, self.m = 0.0, 0, m
         computes_loss = any(op.chunk * self.p + self.rank == self.last for op in ops)
+        self.split = any(op.kind == "W" for op in ops)
         for op in ops:
             if op.kind == "F":
                 got = self.forward(step, op, xs, ys, m)
                 if got is not None:
                     loss, correct = loss + got[0], correct + got[1]
-            else:
+            elif op.kind == "B":
                 self.backward(step, op)
+            else:
+                self.weight(step, op)
         for request in self.sending:
             request.wait()
         self.sending.clear()

@@ -18,6 +18,9 @@ schedule       the order on every stage
                chunks ``s, s + p, s + 2p, ...``), as in Megatron-LM (Narayanan et al. 2021):
                more, shorter passes, so the pipe fills sooner and the bubble shrinks ``v``-fold,
                at the price of ``v`` times more messages.
+``zb_h1``      lesson 15: 1F1B with the backward split in two (Qi et al. 2023, "Zero Bubble
+               Pipeline Parallelism", ZB-H1): B, the gradient of the stage's *input*, is
+               sent back at once; W, its *parameters'* gradient, waits and fills the drain.
 =============  ============================================================================
 
 A naive split of the model (no pipelining at all) is GPipe with one micro-batch: the batch
@@ -26,7 +29,8 @@ goes forward through every stage and back again while all but one stage wait.
 ``simulate`` predicts when every pass starts and ends from their costs and from what each
 pass waits for; the *bubble* is the fraction of the stages' time spent waiting.  For GPipe
 and 1F1B with equal stages it is ``(p - 1) / (m + p - 1)`` (``predict.bubbles.bubble_fraction``);
-the lesson compares both with the bubble measured on real ranks.
+the lesson compares both with the bubble measured on real ranks.  Lesson 15 ("Where the time goes")
+adds the W pass, ZB-H1 and a cost per message (``zero_bubble`` measures both on real ranks).
 """
 from __future__ import annotations
 
@@ -35,7 +39,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, order=True)
 class Op:
-    """One pass of one micro-batch on one stage: ``kind`` "F" (forward) or "B" (backward).
+    """One pass of one micro-batch on one stage: ``kind`` "F" (forward), "B" (backward) or, lesson 15,
+    "W" (the parameters' half of a split backward; then "B" is only the input's half).
 
     ``chunk`` is which of the rank's model chunks runs it (always 0 unless interleaved).
     """
@@ -64,6 +69,10 @@ def check_schedule(name: str, stages: int, micro_batches: int, chunks: int = 1) 
                              f"(one per stage): micro_batches={micro_batches} must be a multiple of {stages}")
     elif chunks != 1:
         raise ValueError(f"chunks={chunks} needs schedule='interleaved'; {name} gives each rank one chunk")
+    if name == "zb_h1" and micro_batches < stages:
+        raise ValueError(f"zb_h1 needs micro_batches >= stages (got {micro_batches} for {stages} stages): stage s "
+                         f"holds back s W passes to fill the drain, and ZB-H1's bubble (p-1)(T_F+T_B-T_W) holds "
+                         f"only from m = p on; give micro_batches >= {stages}, or use 1f1b")
 
 
 def gpipe(stages: int, micro_batches: int, stage: int) -> list[Op]:
@@ -79,6 +88,30 @@ def one_f_one_b(stages: int, micro_batches: int, stage: int) -> list[Op]:
     for i in range(m - warmup):                                 # steady state: one in, one out
         ops += [Op("F", warmup + i), Op("B", i)]
     ops += [Op("B", i) for i in range(m - warmup, m)]           # cool-down: drain it
+    return ops
+
+
+def zb_h1(stages: int, micro_batches: int, stage: int) -> list[Op]:
+    """Lesson 15: ZB-H1 (Qi et al. 2023, section 2.1): 1F1B's warm-up and steady state with the
+    backward split into B (the input's gradient, sent back at once) and W (the parameters', later).
+
+    Stage ``s`` holds back its first ``s`` W passes: every stage then keeps at most ``p`` micro-batches
+    (stage 0's peak under 1F1B), and the held-back W's run in the drain, where 1F1B idles.  The same
+    order as PyTorch's ``ScheduleInterleavedZeroBubble`` with one stage a rank (the paper's ZB1P).
+    """
+    p, m, s = stages, micro_batches, stage
+    warmup = min(p - 1 - s, m)
+    weights = iter(range(m))                                    # the W passes, in micro-batch order
+
+    def w(i: int) -> list[Op]:                                  # round i's W, from round s on
+        return [Op("W", next(weights))] if i >= s else []
+
+    ops = [Op("F", i) for i in range(warmup)]                   # warm-up: fill the pipe, as 1F1B
+    for i in range(m - warmup):                                 # steady state: one in, one B out, a W
+        ops += [Op("F", warmup + i), Op("B", i)] + w(i)
+    for i in range(m - warmup, m):                              # cool-down: the last B's, each with a W
+        ops += [Op("B", i)] + w(i)
+    ops += [Op("W", j) for j in weights]                        # drain: the held-back W's fill the bubble
     return ops
 
 
@@ -104,7 +137,7 @@ def interleaved(stages: int, micro_batches: int, stage: int, chunks: int) -> lis
     return ops
 
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved}
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved, "zb_h1": zb_h1}
 
 
 def schedule(name: str, stages: int, micro_batches: int, chunks: int = 1) -> list[list[Op]]:
@@ -124,21 +157,24 @@ def as_ops(order) -> list[list[Op]]:
 def check_order(order, stages: int, micro_batches: int) -> list[list[Op]]:
     """Lesson 06: a hand-written order, checked before any process runs it (a wrong one would hang
     the ranks, each waiting for a message the other never sends): one list per stage, every pass
-    of every micro-batch exactly once, and no deadlock (``simulate``).  Returns it as ``Op`` lists."""
+    of every micro-batch exactly once, and no deadlock (``simulate``).  Returns it as ``Op`` lists.
+    Lesson 15: an order with W passes splits every backward: then each W is due once too."""
     if not isinstance(order, (list, tuple)) or len(order) != stages:
         raise ValueError(f"an order is one list of passes per stage: {stages} lists, got {order!r:.80}")
     try:
         ops = as_ops(order)
     except TypeError as err:
         raise ValueError(f"each pass is a pair such as ('F', 0) or ('B', 3): {err}") from err
-    want = sorted(Op(k, i) for k in "FB" for i in range(micro_batches))
+    kinds = "FBW" if any(op.kind == "W" for stage_ops in ops for op in stage_ops) else "FB"
+    want = sorted(Op(k, i) for k in kinds for i in range(micro_batches))
     for s, stage_ops in enumerate(ops):
         if sorted(stage_ops) != want:
             missing = sorted(set(want) - set(stage_ops))
             extra = sorted(op for op in set(stage_ops) if stage_ops.count(op) > 1 or op not in want)
-            raise ValueError(f"stage {s} must run each of F0..F{micro_batches - 1} and B0..B{micro_batches - 1} "
-                             f"exactly once: missing {', '.join(map(str, missing)) or 'none'}, "
-                             f"twice or unknown {', '.join(map(str, extra)) or 'none'}")
+            each = " and ".join(f"{k}0..{k}{micro_batches - 1}" for k in kinds)
+            raise ValueError(f"stage {s} must run each of {each} exactly once: missing "
+                             f"{', '.join(map(str, missing)) or 'none'}, twice or unknown "
+                             f"{', '.join(map(str, extra)) or 'none'}")
     simulate(ops)           # raises ValueError, naming each stage's next pass, if some stage waits for ever
     return ops
 
@@ -146,33 +182,45 @@ def check_order(order, stages: int, micro_batches: int) -> list[list[Op]]:
 def held_activations(ops: list[Op]) -> int:
     """Lesson 06: the most micro-batches whose activations a stage keeps at once, per the
     schedule (a forward stores them, the backward of the same micro-batch and chunk frees
-    them).  ``pipeline.py`` counts the same thing on the real ranks, and
-    ``predict.bubbles.held_micro_batches`` is its closed form."""
+    them; lesson 15: when the backward is split, its W frees them, since W still needs them).
+    ``pipeline.py`` counts the same thing on the real ranks, and ``predict.bubbles.held_micro_batches``
+    is its closed form."""
     held, peak = set(), 0
+    frees = "W" if any(op.kind == "W" for op in ops) else "B"
     for op in ops:
         if op.kind == "F":
             held.add((op.micro, op.chunk))
-        else:
+        elif op.kind == frees:
             held.discard((op.micro, op.chunk))
         peak = max(peak, len(held))
     return peak
 
 
-def simulate(ops_per_stage: list[list[Op]], forward=1.0, backward=2.0) -> list[list[dict]]:
+def simulate(ops_per_stage: list[list[Op]], forward=1.0, backward=2.0, weight=0.0,
+             message=0.0) -> list[list[dict]]:
     """Lesson 06: when would every pass start and end, if a forward of one chunk took
     ``forward`` and a backward ``backward`` seconds and messages were free?
 
     ``forward`` and ``backward`` are one number for every chunk (the textbook's equal chunks) or
     one per virtual stage (``chunk * p + stage``, the model's order): real cuts are seldom equal,
-    and interleaving's promise holds only for equal chunks.
+    and interleaving's promise holds only for equal chunks.  Lesson 15: ``weight`` is what a W pass
+    costs (then ``backward`` is B's, the input's half); a schedule without W passes runs both halves in
+    its B, which costs ``backward + weight``.  ``message``: the seconds a message takes between
+    stages (an activation forward, a gradient back), added to every wait for another stage's pass.
 
     A pass waits for the stage to be free and for its input: the forward of the previous
     chunk in the model (on the stage before) or the backward of the next one (on the stage
-    after).  Returns, per stage, ``{"op", "start", "end"}`` in the stage's order.  A schedule
-    in which some stage would wait for ever raises ``ValueError`` (a deadlock).
+    after); a W waits for its own B.  Returns, per stage, ``{"op", "start", "end"}`` in the
+    stage's order.  A schedule in which some stage would wait for ever raises ``ValueError`` (a deadlock).
     """
     p = len(ops_per_stage)
     v = 1 + max(op.chunk for ops in ops_per_stage for op in ops)
+    fused = not any(op.kind == "W" for ops in ops_per_stage for op in ops)
+
+    def cost(kind: str, virtual: int) -> float:
+        at = [c if isinstance(c, (int, float)) else c[virtual] for c in (forward, backward, weight)]
+        return {"F": at[0], "B": at[1] + at[2] if fused else at[1], "W": at[2]}[kind]
+
     done: dict[tuple[str, int, int], float] = {}    # (kind, micro, virtual stage) -> end time
     free, nxt = [0.0] * p, [0] * p
     timeline: list[list[dict]] = [[] for _ in range(p)]
@@ -185,13 +233,15 @@ def simulate(ops_per_stage: list[list[Op]], forward=1.0, backward=2.0) -> list[l
                 virtual = op.chunk * p + s
                 if op.kind == "F":
                     need = ("F", op.micro, virtual - 1) if virtual > 0 else None
-                else:
+                elif op.kind == "B":
                     need = ("B", op.micro, virtual + 1) if virtual < last else ("F", op.micro, virtual)
+                else:
+                    need = ("B", op.micro, virtual)
                 if need is not None and need not in done:
                     break
-                start = max(free[s], done[need] if need else 0.0)
-                cost = forward if op.kind == "F" else backward
-                end = start + (cost if isinstance(cost, (int, float)) else cost[virtual])
+                ready = 0.0 if need is None else done[need] + (message if need[2] != virtual else 0.0)
+                start = max(free[s], ready)
+                end = start + cost(op.kind, virtual)
                 done[(op.kind, op.micro, virtual)] = free[s] = end
                 timeline[s].append({"op": op, "start": start, "end": end})
                 nxt[s] += 1
@@ -216,4 +266,4 @@ def timeline(records, step: int) -> list[list[dict]]:
     (``bubble``) and picture use the same code as the predicted ones."""
     order = sorted(records, key=lambda r: r.config.get("stage", r.rank))
     return [[{"op": Op(e["kind"], e["micro"], e["chunk"]), "start": e["start"], "end": e["end"]}
-             for e in r.events if e["step"] == step and e["kind"] in ("F", "B")] for r in order]
+             for e in r.events if e["step"] == step and e["kind"] in ("F", "B", "W")] for r in order]

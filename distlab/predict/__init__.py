@@ -16,4 +16,5 @@ that train, measure and draw import it, never the other way round, so a formula 
 - ``memory``       bytes per rank by category for every axis and ZeRO stage, and ZeRO's traffic (lesson 08)
 - ``activations``  the activations a rank keeps for backward: the MLP's, and the transformer's under
                    every split (lessons 08, 12)
+- ``overlap_conditions`` when communication can hide behind compute: DP, ZeRO-3, TP, and where (lesson 15)
 """

@@ -108,7 +108,7 @@ class HorovodWorker(Worker):
     def _set(self, group):
         return self.hvd.global_process_set if group is None else group.handle
 
-    def data_parallel(self, model, optimizer):
+    def data_parallel(self, model, optimizer, bucket_mb=None):
         """Horovod's way: broadcast rank 0's parameters, wrap the optimizer; its hooks start one
         all-reduce per gradient during ``backward``, and ``step()`` waits for them."""
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)

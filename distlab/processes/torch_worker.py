@@ -99,10 +99,10 @@ class TorchWorker(Worker):
         self._wait(work, "recv from any rank")
         return work._source_rank()
 
-    def exchange(self, outgoing, dst, incoming, src):
+    def exchange(self, outgoing, dst, incoming, src, async_op=False):
         pairs = zip(outgoing, dst, incoming, src) if isinstance(outgoing, list) else [(outgoing, dst, incoming, src)]
         works = [w for o, d, i, s in pairs for w in (dist.isend(o.contiguous(), d), dist.irecv(i, s))]
-        return self._finish("exchange", works, lambda: incoming, False)
+        return self._finish("exchange", works, lambda: incoming, async_op)    # (a send's handle keeps its tensor)
 
     def barrier(self):
         dist.barrier()
@@ -148,13 +148,15 @@ class TorchWorker(Worker):
         flat = device_mesh[tuple(axes)]._flatten("_".join(axes), backend_override=options)
         return Group(tuple(sorted(flat.mesh.flatten().tolist())), flat.get_group())
 
-    def data_parallel(self, model, optimizer):
+    def data_parallel(self, model, optimizer, bucket_mb=None):
         """Lesson 01: DistributedDataParallel: it broadcasts rank 0's parameters when it is built, then
-        all-reduces gradients in buckets while ``backward`` is still running."""
+        all-reduces gradients in buckets while ``backward`` is still running (lesson 15: of at most
+        ``bucket_mb`` MiB, its ``bucket_cap_mb``)."""
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         cuda = self.device.type == "cuda"
-        return DDP(model, device_ids=[self.device.index] if cuda else None), optimizer
+        cap = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
+        return DDP(model, device_ids=[self.device.index] if cuda else None, **cap), optimizer
 
     def stop(self):
         if dist.is_initialized():

@@ -35,11 +35,12 @@ torchrun a group is a torch.distributed process group, on Horovod a *process set
 Every collective has a timeout (``timeout`` seconds, 60 by default): a rank that never
 arrives makes the others fail with an error instead of waiting forever.
 
-Asynchronous operations: ``all_reduce``, ``broadcast``, ``all_gather``, ``reduce_scatter``, ``send``
-and ``recv`` take ``async_op=True`` and then return at once with a ``Pending``, whose ``wait()``
-finishes the operation (with the same timeout) and returns what the blocking call would have.
+Asynchronous operations: ``all_reduce``, ``broadcast``, ``all_gather``, ``reduce_scatter``, ``send``,
+``recv`` and ``exchange`` take ``async_op=True`` and then return at once with a ``Pending``, whose
+``wait()`` finishes the operation (with the same timeout) and returns what the blocking call would have.
 Between the two the rank computes while the bytes travel: the overlap that bucketed gradient
-averaging (lesson 08's ZeRO-2, and the later time levers) is made of.
+averaging (lesson 08's ZeRO-2, and the later time levers) is made of, and that hides ring
+attention's hops behind its blocks of compute (lesson 15, ``context.ring_overlap``).
 """
 from __future__ import annotations
 
@@ -178,11 +179,15 @@ class Worker:
         (asynchronous SGD's server answers whichever worker pushed first)."""
         raise NotImplementedError
 
-    def exchange(self, outgoing: torch.Tensor, dst: int, incoming: torch.Tensor, src: int) -> torch.Tensor:
+    def exchange(self, outgoing: torch.Tensor, dst: int, incoming: torch.Tensor, src: int,
+                 async_op: bool = False) -> torch.Tensor:
         """Lesson 12: send ``outgoing`` to rank ``dst`` while filling ``incoming`` from rank ``src``.
         Both start before either is waited for: in a ring where every rank first sent and only then
         received, each could wait for a neighbour that is itself waiting (lesson 03).  Lists (one
-        message to and from each partner, lesson 13's all-to-all by hand): all start, then all are waited for."""
+        message to and from each partner, lesson 13's all-to-all by hand): all start, then all are waited for.
+        Lesson 15: with ``async_op=True`` it returns a ``Pending`` at once (its ``wait()`` gives ``incoming``),
+        so that the ring computes with the block it holds while the next one travels.  Messages between
+        the same two ranks are matched in the order they were started."""
         raise NotImplementedError
 
     def barrier(self) -> None:
@@ -234,11 +239,12 @@ class Worker:
         return n
 
     # -- the backend's own data parallelism -------------------------------------------------
-    def data_parallel(self, model, optimizer):
+    def data_parallel(self, model, optimizer, bucket_mb: float | None = None):
         """Lesson 01: wrap ``model`` and ``optimizer`` in the backend's own data parallelism.
 
         Returns ``(model, optimizer)`` to train with: they start from rank 0's parameters
-        and average the gradients during ``backward``.
+        and average the gradients during ``backward``.  ``bucket_mb`` (lesson 15): the cap of
+        DDP's buckets (None: its default); Horovod's fusion buffer is set when its job starts.
         """
         raise NotImplementedError
 

@@ -11,4 +11,6 @@
 - ``recompute``    activation recomputation as one model transform: none, full or selective (lesson 14)
 - ``reduce``   the one gradient reducer: each gradient summed over the ranks that hold parts of it (its
                purpose group of the mesh) and divided by the batch's shares; by hand or fused (lessons 01, 12, 13)
+- ``overlap``  the same reducer's gradients sent during backward, from hooks: one a tensor, in buckets, or
+               reduce-scattered then all-gathered (lesson 15)
 """

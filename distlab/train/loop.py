@@ -44,6 +44,7 @@ TensorBoard, checkpoints and resuming from them.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -218,7 +219,7 @@ class Strategy:
 
 
 def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=None, straggler=None,
-                record_grads_at=(), layers=None, evaluate_every: int = 0) -> RankRecord:
+                record_grads_at=(), layers=None, evaluate_every: int = 0, around_step=None) -> RankRecord:
     """Lesson 01: ``steps`` training steps of ``run`` with ``strategy``; returns the finished record.
 
     ``batch_at(step)`` gives the sample indices of this rank's mini-batch; ``lr_at(step)`` the
@@ -235,6 +236,8 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
     Lesson 05: ``evaluate_every=k`` measures test accuracy after every k-th step and appends
     ``(step, training seconds so far, accuracy)`` to ``record.evaluations``; the seconds leave out
     the evaluations themselves, so the clock is the training's.
+
+    Lesson 15: each step runs inside the context manager ``around_step(step)``, if given (one profiled: ``traces``).
     """
     worker, record = run.worker, run.record
     run.straggler, run.grads_at = straggler, set(record_grads_at)
@@ -253,13 +256,12 @@ def train_steps(run: Run, strategy: Strategy, steps: int, batch_at, *, lr_at=Non
             for group in run.optimizer.param_groups:
                 group["lr"] = lr_at(step)
         maybe_fail(worker, step)              # the others then wait for this rank in their next message
-        if step == book.first:                # this life's first step: its FLOPs counted (the same every step)
-            with CountFlops() as counter:
-                done = strategy.step(run, step, x, y)
-            record.flops_per_step = counter.total
-        else:
+        first = step == book.first            # this life's first step: its FLOPs counted (the same every step)
+        with (around_step or nullcontext)(step), (CountFlops() if first else nullcontext()) as counter:
             done = strategy.step(run, step, x, y)
-        t_end = run.clock()
+            t_end = run.clock()               # (before a profiler around the step stops: lesson 15)
+        if first:
+            record.flops_per_step = counter.total
         record.steps.append(StepRecord(step, done.loss, done.accuracy, done.start, done.compute_end,
                                        *(done.comm or (None, None)), t_end, record.flops_per_step))
         book.step_done(step + 1, loss=done.loss, accuracy=done.accuracy, samples=done.samples or len(idx),

@@ -25,16 +25,18 @@ so one rule serves every layout; parameters with the same axes travel together. 
 * ``"fused"``: one all-reduce per purpose group, its gradients laid end to end in one flat buffer
   (one message's start-up instead of one per tensor: Horovod's tensor fusion, DDP's buckets).
 
-The backend's own (DDP, ``hvd.DistributedOptimizer``), which overlaps the all-reduce with backward, is the
-third way for plain data parallelism (``data_parallel.gradient_sync``).
+Lesson 15 adds the ways that send *during* backward (``"hooks"``, ``"buckets"``, ``"reduce_scatter"``:
+``train.overlap``), over the same purpose groups with the same rule.  The backend's own (DDP,
+``hvd.DistributedOptimizer``) is the last way for plain data parallelism (``data_parallel.gradient_sync``).
 """
 from __future__ import annotations
 
 import torch
 
 from .mesh import AXES, BATCH_AXES
+from .overlap import DEFAULT_BUCKET_MB, OVERLAPPED, OverlappedReduction
 
-METHODS = ("by_hand", "fused")
+METHODS = ("by_hand", "fused", *OVERLAPPED)
 _MARK = "_partial_over"      # the attribute a parameter carries once a transform has marked it
 
 
@@ -54,11 +56,16 @@ class GradientReducer:
     """Lesson 12: sums every gradient over its purpose group of ``mesh`` and divides it by the batch's
     shares.  ``params``: ``{name: parameter}`` this rank holds (a pipeline stage's own).  ``mesh=None``
     is every rank of the job, all of them data replicas (lesson 01).  ``collective``: by hand, a lesson 03
-    all-reduce of ``comm.collectives`` ("ring", "tree", ...) instead of the backend's ("dist")."""
+    all-reduce of ``comm.collectives`` ("ring", "tree", ...) instead of the backend's ("dist").
+    ``bucket_mb`` (lesson 15): the cap of a bucket when ``method="buckets"`` or ``"reduce_scatter"``."""
 
-    def __init__(self, worker, params: dict, mesh=None, method: str = "fused", collective: str = "dist"):
+    def __init__(self, worker, params: dict, mesh=None, method: str = "fused", collective: str = "dist",
+                 bucket_mb: float = DEFAULT_BUCKET_MB):
         if method not in METHODS:
             raise ValueError(f"unknown gradient reduction {method!r}; use one of {', '.join(METHODS)}")
+        if collective != "dist" and method in OVERLAPPED:
+            raise ValueError(f"method={method!r} launches the backend's asynchronous collectives; the hand-written "
+                             f"{collective!r} all-reduce (lesson 03) goes with method='by_hand'")
         self.worker, self.mesh, self.method, self.collective = worker, mesh, method, collective
         self.shares = mesh.share()[1] if mesh is not None else worker.world_size
         self.buckets: dict[tuple[str, ...], list[torch.Tensor]] = {}
@@ -67,6 +74,8 @@ class GradientReducer:
             if axes or self.shares > 1:   # whole already, and a rank's own (one share): nothing to do
                 self.buckets.setdefault(axes, []).append(p)
         self.sent = 0                 # bytes handed to all-reduce so far
+        # lesson 15: sent during backward, from hooks on the parameters
+        self.overlap = OverlappedReduction(self, method, bucket_mb) if method in OVERLAPPED else None
 
     def axes(self, p: torch.Tensor) -> tuple[str, ...]:
         """The axes of ``p``'s parts that are longer than one rank."""
@@ -78,8 +87,13 @@ class GradientReducer:
         return None if self.mesh is None else self.mesh.group(*axes)
 
     def reduce(self) -> None:
-        """Lesson 12: every gradient made the whole batch's gradient, in place."""
+        """Lesson 12: every gradient made the whole batch's gradient, in place (lesson 15: the overlapped
+        ways only wait here for what backward's hooks launched)."""
+        if self.overlap is not None:
+            self.overlap.finish()
         for axes, params in self.buckets.items():
+            if axes and self.overlap is not None:
+                continue
             grads = [p.grad for p in params]
             group = self.group(axes) if axes else None
             # a group that is exactly the batch's shares averages (as lesson 01's all-reduce does);

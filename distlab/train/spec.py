@@ -85,7 +85,9 @@ class ParallelSpec:
     schedule: str = "gpipe"           # the pipeline's schedule
     chunks: int = 1                   # model chunks per pipeline rank (the interleaved schedule)
     method: str = "ddp"               # how gradients are reduced: "by_hand", "fused" (``train.reduce``) or
-                                      # "ddp" (the backend's own: plain data parallelism, lesson 01)
+                                      # "ddp" (the backend's own: plain data parallelism, lesson 01); lesson 15:
+                                      # "hooks", "buckets", "reduce_scatter" (sent during backward)
+    bucket_mb: float = 25.0           # lesson 15: the cap of a bucket of gradients (DDP's bucket_cap_mb)
     zero_stage: int = 0               # ZeRO: what the data replicas shard (lesson 08)
     local_steps: int = 4              # local SGD: steps between all-reduces (lesson 04)
     average: str = "parameters"       # local SGD: "parameters", or "gradients" (accumulation)

@@ -13,6 +13,9 @@ that adds a loss of its own (the experts' balancing losses) sets ``extra_loss`` 
 ``forward_loss``           the forward half alone: a pipeline's last stage ends its forward with it
 ``stage_backward``         a pipeline stage that does not compute the loss: backward from the gradient
                            of its output that the next stage sent back, plus its own layers' extra losses
+``input_backward``,        lesson 15: the same backward in two halves, B (the gradient of the stage's input,
+``weight_backward``        and of each piece's output on the way) and W (the parameters', later), from what
+                           ``piece_outputs`` kept in the forward
 ``make_optimizer``         every optimizer distlab builds (what it keeps per parameter is what ZeRO shards)
 =========================  =========================================================================
 
@@ -21,7 +24,7 @@ and PyTorch's pipelining schedules (``schedule.step``); torchtitan's trainer has
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -119,6 +122,66 @@ def stage_backward(out: torch.Tensor, grad: torch.Tensor, extra=None, share: int
         torch.autograd.backward([out, precision.scale(extra / share)], [grad, None])
     else:
         out.backward(grad)
+
+
+def _grad_tensors(out) -> list[torch.Tensor]:
+    """The tensors in a piece's output (one, or a tuple: the line reader's head gives two) that gradients reach."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [t for t in outs if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+@contextmanager
+def piece_outputs(part: nn.Module):
+    """Lesson 15: while ``part`` (a pipeline stage: a run of pieces) runs forward, keep ``(piece, its output
+    tensors, its extra losses)`` for each of its pieces that hold parameters: what ``weight_backward`` needs."""
+    kept: list = []
+    pieces = [c for c in part.children() if any(True for _ in c.parameters())] or [part]
+    hooks = [c.register_forward_hook(lambda piece, args, out: kept.append((piece, _grad_tensors(out),
+                                                                            extra_losses(piece))))
+             for c in pieces]
+    try:
+        yield kept
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def input_backward(out: torch.Tensor, grad, inp, kept: list, extra=None, share: int = 1,
+                   precision: Precision = FP32):
+    """Lesson 15: B, the first half of a split backward: the gradient of the stage's input ``inp`` (None on
+    the first stage), which the previous stage is waiting for, and of each kept piece's outputs (free: the
+    path to the input passes through them).  Nothing is added to any ``.grad`` yet.  ``out``, ``grad`` and
+    ``extra`` are ``stage_backward``'s (on the last stage ``out`` is the loss and ``grad`` None).  Returns
+    the input's gradient and what ``weight_backward`` needs: ``(piece, outputs, their gradients, extra)``."""
+    outs, seeds = [out if grad is not None else precision.scale(out)], [grad]
+    if isinstance(extra, torch.Tensor):
+        outs, seeds = outs + [precision.scale(extra / share)], seeds + [None]
+    wanted = [z for _, zs, _ in kept for z in zs] + ([inp] if inp is not None and inp.requires_grad else [])
+    got = list(torch.autograd.grad(outs, wanted, seeds, retain_graph=True, allow_unused=True))
+    pending = []
+    for piece, zs, e in kept:
+        pending.append((piece, zs, got[:len(zs)], e))
+        del got[:len(zs)]
+    return (got[0] if got else None), pending
+
+
+def weight_backward(pending: list, share: int = 1, precision: Precision = FP32) -> None:
+    """Lesson 15: W, the second half: each piece's parameters' gradients from the gradients of its outputs
+    that B found, added into ``.grad`` as the fused backward adds them.  Only the piece's own operations run
+    again (nothing is recomputed across pieces), so B + W costs what one backward does when the pieces are
+    single layers, as distlab's MLP's are; a piece with layers inside (a transformer block) recomputes the
+    gradients inside it.  A piece's extra loss (experts) reaches its parameters here, once: the part of it
+    that flows through earlier pieces' outputs was in B's gradients already."""
+    for piece, zs, gs, e in pending:
+        params = [q for q in piece.parameters() if q.requires_grad]
+        outs, seeds = [z for z, g in zip(zs, gs) if g is not None], [g for g in gs if g is not None]
+        if isinstance(e, torch.Tensor) and e.requires_grad:
+            outs, seeds = outs + [precision.scale(e / share)], seeds + [None]
+        if not outs or not params:
+            continue
+        for q, dq in zip(params, torch.autograd.grad(outs, params, seeds, retain_graph=True, allow_unused=True)):
+            if dq is not None:
+                q.grad = dq if q.grad is None else q.grad.add_(dq)
 
 
 OPTIMIZERS = {   # lesson 08: what an optimizer keeps per parameter is what ZeRO shards

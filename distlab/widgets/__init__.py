@@ -1,4 +1,4 @@
-"""Widgets: the pictures of lessons 00 to 14, each drawn only from records of real runs.
+"""Widgets: the pictures of lessons 00 to 15, each drawn only from records of real runs.
 
 ``display`` (lesson 01) holds what every picture shares: the palette, the sizes, figure to
 PNG, and ``LiveFigure`` (controls above a picture).  Then one module per lesson's pictures:
@@ -12,7 +12,9 @@ K/V blocks, the causal mask by rank, activations against the line's length, what
 ``experts`` (13: the load on each expert with its dropped requests, the all-to-all's rank-to-rank
 matrix, the router's choice for each patch, one MoE layer's forward on every rank) and ``fitting`` (14:
 bytes per precision policy, gradient exponents against fp16's range, the loss scale, and the memory
-calculator with precision, recomputation and offload).
+calculator with precision, recomputation and offload); ``traces`` (15: one traced step, each rank's
+compute and communication as the profiler saw them) and ``time_levers`` (15: the roofline with each run on it,
+the buckets of gradients against backward, the exposed communication of each way).
 The memory calculator draws the memory model (``predict.memory``), itself no record
 but a formula.  Widgets read records and never train: a "measure" button calls a function the
 lesson hands it, and the monitor and the timeline only read files.
