@@ -1,4 +1,8 @@
-"""Benchmark for issue 39 (where the time goes), the goals built so far.
+"""Benchmark for issue 39 (where the time goes): its six goals, each from ``ROUNDS`` rounds.
+
+- ``bucketed_exposed_comm_vs_after_backward``, ``ring_overlap_step_vs_serial``, ``zb_h1_bubble_vs_1f1b``,
+  ``bubble_measured_vs_predicted``, ``alpha_beta_vs_measured_ring_1e6``: see ``buckets``, ``ring``, ``bubbles``
+  and ``alpha_beta`` below;
 
 - ``mfu_matmul_vs_peak``: a check of the measured peak itself.  Each round measures the peak as
   ``measure.roofline.peak_matmul`` does (1024 x 1024 fp32 products on all threads, the best of 5), then
@@ -9,12 +13,8 @@
   ridge of the roofline, and the MFU of two course runs against the measured fp32 peak on all threads:
   lesson 01's MLP (one process, global batch 64) and lesson 12's line reader (width 64, 8 lines of 8 digits).
 
-Issue 39's other goals (bucketed_exposed_comm_vs_after_backward, zb_h1_bubble_vs_1f1b,
-bubble_measured_vs_predicted, ring_overlap_step_vs_serial, alpha_beta_vs_measured_ring_1e6) are not built
-yet: this script says so and prints no GOAL line for them.
-
-Run time: about 5 s on 2 quiet cores (the memory bandwidth moved from 48 to 33 GB/s between two runs:
-a REPORT, not yet a result).
+Run time: see the last line it prints (the memory bandwidth moved from 48 to 33 GB/s between two runs: a
+REPORT, not yet a result).
 """
 import os
 import statistics
@@ -32,8 +32,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from scripts.goals import goal  # noqa: E402
 
 ROUNDS, LARGE = 5, 6
-PENDING = ("zb_h1_bubble_vs_1f1b", "bubble_measured_vs_predicted",
-           "ring_overlap_step_vs_serial", "alpha_beta_vs_measured_ring_1e6")
 
 
 def sustained(size: int = 2048, count: int = LARGE) -> float:
@@ -57,7 +55,8 @@ def buckets() -> None:
     from distlab import verdict
     from distlab.measure import exposed as E
 
-    ranks = distlab.launch(E.sweep, world_size=2, ways=E.ways(), rounds=5, steps=10, progress="none")
+    ranks = distlab.launch(E.sweep, world_size=2, ways=E.ways(ddp=(0.25, 1.0, 4.0, 25.0)), rounds=5, steps=10,
+                           progress="none")
     summary = E.summarise(ranks)
     sizes = [name for name in summary if name.startswith("buckets")]
     for name, row in summary.items():
@@ -74,8 +73,71 @@ def buckets() -> None:
                             better="lower", log=True).text)
 
 
+def ring() -> None:
+    """``ring_overlap_step_vs_serial``: lesson 15's block (1,024 tokens a rank, 4 heads of 16, 2 ranks), 5 launches;
+    per launch, the ranks' median overlapped step over their median serial step (``context.ring_overlap``, which
+    alternates the two ways after a barrier), the slower rank's ratio."""
+    from distlab.context import ring_overlap
+
+    ratios = []
+    for r in range(ROUNDS):
+        result = ring_overlap.measure(tokens=1024, heads=4, head_dim=16, repeats=5)
+        ratios.append(max(x["overlapped"]["step_s"] / x["serial"]["step_s"] for x in result))
+        print(f"round {r}: overlapped / serial step {ratios[-1]:.3f}", flush=True)
+    goal("ring_overlap_step_vs_serial", ratios, "<=", 0.9, "1,024 tokens a rank: the hop posted before the block's "
+         "compute against sent after it")
+
+
+def bubbles() -> None:
+    """``zb_h1_bubble_vs_1f1b`` and ``bubble_measured_vs_predicted``: 2 stages, m = 8, lesson 06's MLP at width 1024
+    and depth 3 (batch 256), every schedule of the course once a round for 5 rounds in one launch
+    (``pipeline.zero_bubble.rounds``).  Per round: ZB-H1's measured bubble over 1F1B's; and, for each schedule,
+    the measured bubble over the simulation with the run's own pass times and its measured time per message on
+    every boundary, the worst (farthest from 1) of the four schedules."""
+    from distlab.pipeline import zero_bubble
+
+    plan = {"gpipe": dict(schedule="gpipe"), "1f1b": dict(schedule="1f1b"), "zb_h1": dict(schedule="zb_h1"),
+            "interleaved": dict(schedule="interleaved", chunks=2)}
+    ranks = distlab.launch(zero_bubble.rounds, world_size=2, schedules_=plan, rounds=ROUNDS, model="mlp", width=1024,
+                           depth=3, global_batch_size=256, micro_batches=8, steps=10, lr=0.01, progress="none")
+    rows = zero_bubble.summarise_rounds(ranks)
+    for name in plan:
+        c = [row[name] for row in rows]
+        med = {k: statistics.median(x[k] for x in c) for k in ("measured", "simulated", "with_messages", "message_s")}
+        print(f"REPORT bubble {name}: measured {med['measured']:.3f}, textbook {c[0]['textbook']:.3f}, simulated "
+              f"{med['simulated']:.3f}, with messages {med['with_messages']:.3f} ({med['message_s'] * 1e3:.2f} ms a "
+              "message)")
+    goal("zb_h1_bubble_vs_1f1b", [row["zb_h1"]["measured"] / row["1f1b"]["measured"] for row in rows], "<=", 0.8,
+         "measured ZB-H1 bubble / measured 1F1B bubble, m = 8")
+    worst = [max((row[n]["measured"] / row[n]["with_messages"] for n in plan), key=lambda x: abs(x - 1))
+             for row in rows]
+    goal("bubble_measured_vs_predicted", worst, "within", (0.75, 1.25),
+         "the worst schedule's measured bubble / simulated with its pass times and measured message time")
+
+
+def alpha_beta() -> None:
+    """``alpha_beta_vs_measured_ring_1e6``: lesson 03's model (``comm.cost_model.fit_link`` on its ping-pong and
+    add) against the by-hand ring all-reduce of 1e6 floats on 2 ranks (``comm.measure_costs.measure``, its best
+    repetition), 5 launches: predicted / measured per launch."""
+    from distlab.comm import cost_model, measure_costs
+
+    ratios = []
+    for r in range(ROUNDS):
+        m = distlab.launch(measure_costs.measure, world_size=2, sizes=(1_000_000,), algorithms=("ring",),
+                           progress="none")[0]
+        link = cost_model.fit_link(m["ping_pong"], m["add"])
+        row = measure_costs.compare(m, link)[0]
+        ratios.append(row["ratio"])
+        print(f"round {r}: ring of 1e6 floats measured {row['measured'] * 1e3:.2f} ms, predicted "
+              f"{row['predicted'] * 1e3:.2f} ms ({link})", flush=True)
+    goal("alpha_beta_vs_measured_ring_1e6", ratios, "within", (0.75, 1.25), "predicted / measured, 2 ranks")
+
+
 def main() -> None:
     buckets()
+    ring()
+    bubbles()
+    alpha_beta()
     ratios = []
     for r in range(ROUNDS):
         peak = R.peak_matmul("float32")
@@ -96,12 +158,10 @@ def main() -> None:
                                   test_lines=16)
     for name, record in (("lesson_01_mlp", mlp), ("lesson_12_reader", reader)):
         print(f"REPORT mfu_{name} {R.record_mfu(record, peak):.4f} ({record.flops_per_step / 1e6:.2f} MFLOP a step "
-              f"in {record.wall_time / len(record.steps) * 1e3:.2f} ms)")
+              f"in {R.step_seconds(record) * 1e3:.2f} ms, the median step after the first)")
     for gpu in R.HARDWARE.values():
         print(f"REPORT ridge_{gpu.name.replace(' ', '_')} {R.ridge(gpu.bf16_flops, gpu.memory_bandwidth):.0f} "
               f"FLOPs per byte (datasheet)")
-    for name in PENDING:
-        print(f"PENDING {name}: not built yet (issue 39)")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ check.straggler_wait(my_wait, lesson04)
 # Lesson 05 measured three regimes on 1 and 2 ranks (`worst`, `probe`, `best`: how much
 # each step computes against its all-reduce). Which one had the **highest median speed-up** of 2
 # ranks over one process in your run? A median names a leader, not a winner, and it need not be a
-# gain: section 16 says which regimes the rule calls clear.
+# gain: section 18 (the answer for the insurance company) says which regimes the rule calls clear.
 
 # %% tags=["nbval-ignore-output"]
 lesson05 = course_results.recall("05")

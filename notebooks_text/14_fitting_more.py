@@ -439,4 +439,4 @@ exercises_precision.loss_scaler(scaler_step)
 # its chapters on mixed precision and activation recomputation.
 
 # %% [markdown]
-# **Previous:** [13 · Experts: a bigger model for the same compute](13_experts.ipynb) · [The course: map, glossary, solutions](../course/README.md)
+# **Previous:** [13 · Experts: a bigger model for the same compute](13_experts.ipynb) · **Next:** [15 · Where the time goes](15_where_the_time_goes.ipynb) · [The course: map, glossary, solutions](../course/README.md)

@@ -133,7 +133,7 @@ CASES = {
     "15 ZB-H1 bubble, idle over busy": (ext.zb_h1_bubble, dict(stages=4, micro_batches=8), 3 / 27, 3 / 24,
                                         "idle / (busy + idle)"),
     "15 tokens to hide": (ext.tokens_to_hide, H100_DP, 63 / 64 * 989e12 / 50e9, 989e12 / 50e9 / 2,
-                          "sends each byte about twice"),
+                          "both directions' bandwidth"),
     "15 tokens to hide, fp32": (ext.tokens_to_hide, H100_DP, 63 / 64 * 989e12 / 50e9, 2 * 63 / 64 * 989e12 / 50e9,
                                 "2 bytes a parameter"),
     "11 time levers": (exc.time_levers, {}, dict(zip(TIME_TROUBLES, TIME_LEVERS)),

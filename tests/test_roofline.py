@@ -56,10 +56,11 @@ def test_the_roofline_turns_at_the_ridge():
 
 def test_mfu_is_the_models_flops_per_second_over_the_peak():
     assert R.mfu(2e9, 0.01, 1e12) == pytest.approx(0.2)
-    record = SimpleNamespace(flops_per_step=2e9, wall_time=0.5, steps=[None] * 50)
+    steps = [SimpleNamespace(t_start=0.0, t_end=1.0)] + [SimpleNamespace(t_start=s, t_end=s + 0.01) for s in range(9)]
+    record = SimpleNamespace(flops_per_step=2e9, steps=steps)      # the first step (counting FLOPs) left out
     assert R.record_mfu(record, 1e12) == pytest.approx(0.2)
     with pytest.raises(ValueError, match="no counted FLOPs"):
-        R.record_mfu(SimpleNamespace(flops_per_step=None, wall_time=1.0, steps=[None]), 1e12)
+        R.record_mfu(SimpleNamespace(flops_per_step=None, steps=[None]), 1e12)
 
 
 def test_a_real_runs_mfu_is_a_share_of_the_measured_peak():

@@ -149,6 +149,78 @@ def test_the_message_cost_arithmetic():
         assert [spans[1] - spans[0], spans[3] - spans[2]] == pytest.approx([0.5 * m, 2 * 0.5])
 
 
+def test_a_receive_is_paid_from_the_later_of_send_and_receive_and_overhead_idles():
+    """Lesson 15: ``receive`` is a rendezvous (paid even when the message was sent long before), ``message`` is
+    time in flight (hidden when the receiver comes late); ``overhead`` after every pass is idle time."""
+    f, b, c, o = 1.0, 2.0, 0.25, 0.1
+    for m in (1, 4, 8):
+        ops = schedules.schedule("gpipe", 2, m)
+        span = [max(t["end"] for row in schedules.simulate(ops, f, b, **kw) for t in row)
+                for kw in ({}, dict(message=c), dict(receive=c))]
+        # GPipe's stage 1 is free before each forward arrives, and stage 0 before each gradient: as a
+        # message, only the first of each way costs; as a receive, all 2m do
+        assert [span[1] - span[0], span[2] - span[0]] == pytest.approx([2 * c, 2 * m * c])
+        one = schedules.simulate(schedules.schedule("gpipe", 1, m), f, b, overhead=o)
+        assert schedules.bubble(one) == pytest.approx((2 * m - 1) * o / (m * (f + b) + (2 * m - 1) * o))
+    for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb_h1", 1)):
+        ops, w = schedules.schedule(name, 2, 4, v), 0.5 if name == "zb_h1" else 0.0
+        costs = {"F": 1.0, "B": 2.0, "W": w, "receive": c, "overhead": o}
+        drawn = schedules.simulate(ops, draw=lambda what, virtual: costs[what])
+        assert drawn == schedules.simulate(ops, 1.0, 2.0, w, receive=c, overhead=o)
+
+
+def fake_run(name: str, p: int, m: int, chunks: int, costs: dict, receive: float, overhead: float, steps: int = 4):
+    """Records as ``pipeline.train`` writes them, of ranks that ran exactly as ``simulate`` says: each receive
+    posted when its stage is free, each send at its pass's end."""
+    from types import SimpleNamespace
+
+    ops = schedules.schedule(name, p, m, chunks)
+    line = schedules.simulate(ops, **costs, receive=receive, overhead=overhead)
+    last, events = p * chunks - 1, [[] for _ in range(p)]
+    for step in range(steps):
+        t0 = 1000.0 * step
+        for s, row in enumerate(line):
+            free = t0
+            for t in row:
+                op, v = t["op"], t["op"].chunk * p + s
+                note = dict(step=step, micro=op.micro, chunk=op.chunk, **{"pass": op.kind})
+                came = (op.kind == "F" and v > 0) or (op.kind == "B" and v < last)
+                if came:
+                    events[s].append(dict(note, kind="recv", start=free, end=t0 + t["start"]))
+                events[s].append(dict(note, kind=op.kind, start=t0 + t["start"], end=t0 + t["end"]))
+                if (op.kind == "F" and v < last) or (op.kind == "B" and v > 0):
+                    events[s].append(dict(note, kind="send", start=t0 + t["end"], end=t0 + t["end"]))
+                free = t0 + t["end"] + overhead
+    return [SimpleNamespace(rank=s, events=events[s], steps=[None] * steps,
+                            config=dict(schedule=name, micro_batches=m, chunks=chunks, stage=s)) for s in range(p)]
+
+
+@pytest.mark.parametrize("name,chunks", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb_h1", 1)])
+def test_measured_and_predicted_count_the_same_costs(name, chunks):
+    """A run that went exactly as the simulation with a receive and an overhead: the events give back those
+    costs, and the prediction with them is its measured bubble (so what is left on real ranks is real)."""
+    costs = dict(forward=0.7, backward=1.3, weight=0.6 if name == "zb_h1" else 0.0)
+    records = fake_run(name, 2, 4, chunks, costs, receive=0.2, overhead=0.05)
+    got = zero_bubble.compare(records, skip=1)
+    assert zero_bubble.message_times(records, 1) == pytest.approx([0.2] * len(zero_bubble.message_times(records, 1)))
+    assert zero_bubble.pass_overheads(records, 1) == pytest.approx([0.05] * len(zero_bubble.pass_overheads(records, 1)))
+    assert got["message_s"] == pytest.approx(0.2) and got["overhead_s"] == pytest.approx(0.05)
+    assert got["measured"] == pytest.approx(zero_bubble.predicted(name, 2, 4, chunks, **costs, receive=0.2,
+                                                                  overhead=0.05))
+    assert got["with_messages"] == pytest.approx(got["measured"]) == pytest.approx(got["with_mean_costs"])
+    assert got["simulated"] < got["measured"]
+
+
+def test_the_spread_of_the_costs_adds_to_the_bubble():
+    """Lesson 15: passes drawn from {0.5, 1.5} idle more, on average, than passes of 1.0 each: a slow pass on one
+    stage is a wait on the other."""
+    even = {("F", v): [1.0] for v in (0, 1)} | {("B", v): [2.0] for v in (0, 1)} | dict(receive=[0.1], overhead=[0.0])
+    spread = dict(even) | {("F", v): [0.5, 1.5] for v in (0, 1)} | {("B", v): [1.0, 3.0] for v in (0, 1)}
+    fixed = zero_bubble.predicted("1f1b", 2, 8, forward=1.0, backward=2.0, receive=0.1)
+    assert zero_bubble.expected("1f1b", 2, 8, costs=even, draws=5) == pytest.approx(fixed)
+    assert zero_bubble.expected("1f1b", 2, 8, costs=spread) > fixed + 0.02
+
+
 @pytest.mark.parametrize("args,message", [
     (("zb_h1", 4, 3), "zb_h1 needs micro_batches >= stages"),
     (("zb_h1", 2, 4, 2), "chunks=2 needs schedule='interleaved'"),
@@ -263,6 +335,10 @@ def test_the_measured_bubble_and_message_time_come_from_the_events(name):
     assert all(t >= 0 for t in times) and got["message_s"] > 0
     assert all(t > 0 for t in got["times"]["F"] + got["times"]["B"])
     assert any(got["times"]["W"]) == (name == "zb_h1")
+    gaps = zero_bubble.pass_overheads(records)      # between a stage's passes: 7 a step (11 with W) on each
+    assert len(gaps) == 2 * (4 * (3 if name == "zb_h1" else 2) - 1) * (STEPS - 2) and got["overhead_s"] > 0
+    assert 0 < got["with_mean_costs"] < 1 and sorted(zero_bubble.samples(records), key=str) == sorted(
+        [(k, v) for k in ("FBW" if name == "zb_h1" else "FB") for v in (0, 1)] + ["overhead", "receive"], key=str)
 
 
 def test_zb_h1_on_the_transformer_with_experts_equals_one_process():

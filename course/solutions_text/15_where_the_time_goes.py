@@ -23,7 +23,8 @@ assert exercises_time.zb_h1_bubble(my_bubble, stages=4, micro_batches=8)
 # **2. Tokens for the all-reduce to hide.** A ring all-reduce sends `2 (N - 1) / N` of the gradient's
 # `2 x 7e9` bytes; backward computes `4 x 7e9` FLOPs per token. Equal when
 # `tokens = 2 (N - 1) / N x 2 x flops / (4 x bandwidth) = (N - 1) / N x flops / bandwidth`: the
-# scaling-book's FLOP/s-over-bandwidth rule, about twenty thousand tokens here.
+# scaling-book's FLOP/s-over-bandwidth rule with one direction's bandwidth (its W counts both, for a
+# ring that sends both ways), about twenty thousand tokens here.
 
 # %%
 my_tokens = 63 / 64 * 989e12 / 50e9

@@ -118,6 +118,7 @@ def time_ring(worker, *, tokens: int = 256, heads: int = 4, head_dim: int = 16, 
     for way in WAYS:
         keys = ("step_s", "wait_s", "compute_s", "post_s") + (("transfer_s",) if way == "serial" else ())
         result[way] = {key: _median(runs[way], key) for key in keys}
+        result[way]["step_runs"] = [r["step_s"] for r in runs[way]]       # each repeat: one forward and backward
         result[way]["hops"] = runs[way][-1]["hops"]
     return result
 

@@ -7,7 +7,7 @@
                          what is right or wrong
 - ``exercises_cluster``  lesson 09's exercises; ``exercises_failure`` lesson 10's;
                          ``exercises_long_lines`` lesson 12's; ``exercises_experts`` lesson 13's;
-                         ``exercises_fitting`` lesson 14's arithmetic
+                         ``exercises_fitting`` lesson 14's arithmetic; ``exercises_time`` lesson 15's
 - ``exercises_pipeline``, ``exercises_tensor``, ``exercises_zero``  the build-it checkers of lessons 06
                          (1F1B's order), 07 (column- and row-parallel layers) and 08 (ZeRO-1's update)
 - ``build``              build-it exercises: the learner's function, typed in a notebook cell, rebuilt

@@ -17,6 +17,8 @@ def zb_h1_bubble(answer, *, stages: int, micro_batches: int) -> bool | None:
     return check("ZB-H1's bubble", answer, expected, hints={
         bubbles.bubble_fraction(p, m): "that is 1F1B's bubble: ZB-H1 fills two thirds of its idle slots with W passes.",
         (p - 1) / (3 * m): "that is the idle time over the busy time; the bubble is idle / (busy + idle).",
+        bubbles.bubble_fraction(p, m) / 3: "a third of the idle *time*, not of the share: the share is idle / (busy "
+                                           "+ idle), with 3m busy pass-times a stage.",
         (p - 1) / m: "that is 1F1B's idle time over its busy time, without W passes moved into the cool-down."},
         otherwise="idle (p - 1) pass-times against 3m busy ones (F, B and W each one pass): "
                   "(p - 1) / (3m + p - 1).")
@@ -28,7 +30,9 @@ def tokens_to_hide(answer, *, params: float, ranks: int, bandwidth: float, flops
     expected = oc.min_tokens_data_parallel(params, ranks, oc.datasheet_link(bandwidth), flops, itemsize=2)
     ring = 2 * (ranks - 1) / ranks
     return check("tokens per GPU for the all-reduce to hide", answer, expected, tolerance=0.02, hints={
-        flops / bandwidth / 2: "a ring all-reduce sends each byte about twice: 2 (N - 1) / N of the gradient.",
+        flops / bandwidth / 2: "that is the FLOP/s over both directions' bandwidth (the scaling-book's W, for a ring "
+                               "that sends both ways); this ring sends one way, each byte about twice: 2 (N - 1) / N "
+                               "of the gradient.",
         ring * 2 * flops / bandwidth / 6: "backward is 4 FLOPs a parameter and token (twice the forward), not 6.",
         ring * 4 * flops / bandwidth / 4: "the gradients are bf16: 2 bytes a parameter, not 4."},
         otherwise="the all-reduce moves 2 (N - 1) / N x 2 bytes a parameter; backward computes 4 FLOPs a "

@@ -24,17 +24,17 @@ AFTER = {"by_hand": dict(method="by_hand"), "fused": dict(method="fused")}
 
 
 def ways(bucket_sizes=(0.25, 1.0, 4.0, 16.0), *, hooks: bool = True, reduce_scatter: float | None = 4.0,
-         ddp: bool = True) -> dict[str, dict]:
+         ddp=(25.0,)) -> dict[str, dict]:
     """Lesson 15: the ways to compare, by name: after backward (per tensor, fused), during it (a hook per
-    tensor, buckets of each size in MiB, reduce-scatter with buckets of ``reduce_scatter`` MiB), and DDP."""
+    tensor, buckets of each size in MiB, reduce-scatter with buckets of ``reduce_scatter`` MiB), and DDP with
+    each ``bucket_cap_mb`` in ``ddp`` (its default is 25)."""
     out = dict(AFTER)
     if hooks:
         out["hooks"] = dict(method="hooks")
     out.update({f"buckets {mb:g} MiB": dict(method="buckets", bucket_mb=mb) for mb in bucket_sizes})
     if reduce_scatter:
         out[f"reduce-scatter {reduce_scatter:g} MiB"] = dict(method="reduce_scatter", bucket_mb=reduce_scatter)
-    if ddp:
-        out["ddp"] = dict(method="ddp")
+    out.update({f"ddp {mb:g} MiB": dict(method="ddp", bucket_mb=mb) for mb in ddp})
     return out
 
 
@@ -74,18 +74,20 @@ sweep.supports = frozenset({"torchrun", "horovod", "cpu", "cuda"})
 
 def summarise(ranks: list[dict]) -> dict[str, dict[str, list[float]]]:
     """Lesson 15: per way, one number per round: ``"step"``, the median over the steps after warm-up of the
-    step's wall time (first rank's start to last rank's end), and ``"exposed"``, the median of the slowest
-    rank's wait for communication after backward (None for DDP, whose wait is inside backward)."""
+    step's wall time (first rank's start to last rank's end), ``"exposed"``, the median of the slowest
+    rank's wait for communication after backward (None for DDP, whose wait is inside backward), and
+    ``"compute"``, the slowest rank's forward and backward (hooks' launches included)."""
     out = {}
     for name in ranks[0]:
-        steps, exposed = [], []
+        steps, exposed, compute = [], [], []
         for rounds in zip(*(r[name] for r in ranks)):
             skip = rounds[0]["skip"]
             per_step = list(zip(*(r["steps"] for r in rounds)))[skip:]
             steps.append(statistics.median(max(s[4] for s in ss) - min(s[0] for s in ss) for ss in per_step))
+            compute.append(statistics.median(max(s[1] - s[0] for s in ss) for ss in per_step))
             if per_step[0][0][2] is not None:
                 exposed.append(statistics.median(max(s[3] - s[2] for s in ss) for ss in per_step))
-        out[name] = {"step": steps, "exposed": exposed or None}
+        out[name] = {"step": steps, "exposed": exposed or None, "compute": compute}
     return out
 
 

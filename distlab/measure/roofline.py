@@ -21,6 +21,7 @@ twice as much "with sparsity").
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -139,12 +140,21 @@ def mfu(flops_per_step: float, seconds_per_step: float, peak: float) -> float:
     return flops_per_step / seconds_per_step / peak
 
 
+def step_seconds(record) -> float:
+    """Lesson 15: a run's typical step: the median of its steps' wall times after the first (the first also
+    counts the FLOPs with PyTorch's counter and allocates everything, often many times a later step)."""
+    if not record.steps:
+        raise ValueError("this record has no steps: its step time cannot be read")
+    later = record.steps[1:] or record.steps
+    return statistics.median(s.t_end - s.t_start for s in later)
+
+
 def record_mfu(record, peak: float) -> float:
-    """Lesson 15: a rank's MFU over its run (``record.flops_per_step`` counted once per run; its wall time
-    over its steps), against ``peak`` FLOP/s."""
+    """Lesson 15: a rank's MFU: ``record.flops_per_step`` (counted once per run) over its typical step
+    (``step_seconds``), against ``peak`` FLOP/s."""
     if not record.flops_per_step or not record.steps:
         raise ValueError("this record has no counted FLOPs or no steps: its MFU cannot be read")
-    return mfu(record.flops_per_step, record.wall_time / len(record.steps), peak)
+    return mfu(record.flops_per_step, step_seconds(record), peak)
 
 
 def bytes_moved_estimate(record) -> int:
@@ -161,6 +171,6 @@ def place_on_roofline(record, peak: float, bandwidth: float) -> dict:
     """Lesson 15: where one run's step stands: its intensity (counted FLOPs over the estimated bytes), the FLOP/s
     it reached, the roofline's bound at that intensity, and its MFU."""
     intensity = record.flops_per_step / bytes_moved_estimate(record)
-    achieved = record.flops_per_step / (record.wall_time / len(record.steps))
+    achieved = record.flops_per_step / step_seconds(record)
     return {"intensity": intensity, "achieved": achieved, "bound": attainable(intensity, peak, bandwidth),
             "mfu": record_mfu(record, peak), "memory_bound": intensity < ridge(peak, bandwidth)}

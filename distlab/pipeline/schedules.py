@@ -30,7 +30,8 @@ goes forward through every stage and back again while all but one stage wait.
 pass waits for; the *bubble* is the fraction of the stages' time spent waiting.  For GPipe
 and 1F1B with equal stages it is ``(p - 1) / (m + p - 1)`` (``predict.bubbles.bubble_fraction``);
 the lesson compares both with the bubble measured on real ranks.  Lesson 15 ("Where the time goes")
-adds the W pass, ZB-H1 and a cost per message (``zero_bubble`` measures both on real ranks).
+adds the W pass, ZB-H1 and the costs a real run adds: a message's time, each receive's (a rendezvous)
+and the overhead between passes, fixed or drawn from a run's own (``zero_bubble`` measures them).
 """
 from __future__ import annotations
 
@@ -197,7 +198,7 @@ def held_activations(ops: list[Op]) -> int:
 
 
 def simulate(ops_per_stage: list[list[Op]], forward=1.0, backward=2.0, weight=0.0,
-             message=0.0) -> list[list[dict]]:
+             message=0.0, *, receive=0.0, overhead=0.0, draw=None) -> list[list[dict]]:
     """Lesson 06: when would every pass start and end, if a forward of one chunk took
     ``forward`` and a backward ``backward`` seconds and messages were free?
 
@@ -207,6 +208,14 @@ def simulate(ops_per_stage: list[list[Op]], forward=1.0, backward=2.0, weight=0.
     costs (then ``backward`` is B's, the input's half); a schedule without W passes runs both halves in
     its B, which costs ``backward + weight``.  ``message``: the seconds a message takes between
     stages (an activation forward, a gradient back), added to every wait for another stage's pass.
+    Two costs measured on real ranks (``zero_bubble``): ``receive``, the seconds a receive takes once
+    *both* sides are ready (gloo moves a message only after its receive is posted, a rendezvous), so
+    paid on every receive from the later of the send and the stage being free, even when the message
+    was sent long before (``message`` is then hidden); ``overhead``, the seconds a stage spends after
+    each pass before it can start the next (posting the send, the Python between passes): idle time.
+    ``draw``: a function ``draw(what, virtual)`` giving seconds, asked afresh for every pass (``what``
+    its kind; a schedule without W passes asks for its whole B), every receive ("receive") and every
+    overhead ("overhead") instead of the fixed costs: ``zero_bubble.expected`` draws real ones.
 
     A pass waits for the stage to be free and for its input: the forward of the previous
     chunk in the model (on the stage before) or the backward of the next one (on the stage
@@ -217,9 +226,12 @@ def simulate(ops_per_stage: list[list[Op]], forward=1.0, backward=2.0, weight=0.
     v = 1 + max(op.chunk for ops in ops_per_stage for op in ops)
     fused = not any(op.kind == "W" for ops in ops_per_stage for op in ops)
 
-    def cost(kind: str, virtual: int) -> float:
+    def cost(what: str, virtual: int) -> float:
+        if draw is not None:
+            return draw(what, virtual)
         at = [c if isinstance(c, (int, float)) else c[virtual] for c in (forward, backward, weight)]
-        return {"F": at[0], "B": at[1] + at[2] if fused else at[1], "W": at[2]}[kind]
+        return {"F": at[0], "B": at[1] + at[2] if fused else at[1], "W": at[2], "receive": receive,
+                "overhead": overhead}[what]
 
     done: dict[tuple[str, int, int], float] = {}    # (kind, micro, virtual stage) -> end time
     free, nxt = [0.0] * p, [0] * p
@@ -239,10 +251,12 @@ def simulate(ops_per_stage: list[list[Op]], forward=1.0, backward=2.0, weight=0.
                     need = ("B", op.micro, virtual)
                 if need is not None and need not in done:
                     break
-                ready = 0.0 if need is None else done[need] + (message if need[2] != virtual else 0.0)
-                start = max(free[s], ready)
+                cross = need is not None and need[2] != virtual          # from another stage: a message
+                ready = 0.0 if need is None else done[need] + (message if cross else 0.0)
+                start = max(free[s], ready) + (cost("receive", virtual) if cross else 0.0)
                 end = start + cost(op.kind, virtual)
-                done[(op.kind, op.micro, virtual)] = free[s] = end
+                done[(op.kind, op.micro, virtual)] = end
+                free[s] = end + cost("overhead", virtual)
                 timeline[s].append({"op": op, "start": start, "end": end})
                 nxt[s] += 1
                 progressed = True
