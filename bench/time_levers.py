@@ -86,6 +86,19 @@ def ring() -> None:
         print(f"round {r}: overlapped / serial step {ratios[-1]:.3f}", flush=True)
     goal("ring_overlap_step_vs_serial", ratios, "<=", 0.9, "1,024 tokens a rank: the hop posted before the block's "
          "compute against sent after it")
+    from distlab.comm import cost_model, measure_costs
+
+    link = cost_model.fit_link(**distlab.launch(measure_costs.measure_link, world_size=2, progress="none")[0])
+    for tokens in (64, 256, 1024):
+        result = ring_overlap.measure(tokens=tokens, heads=4, head_dim=16, repeats=5)
+        rate = result[0]["flops"] / result[0]["serial"]["compute_s"]
+        hop = ring_overlap.predict_hop(tokens, 4, 16, link, rate)["forward"]
+        waits = {w: statistics.median(x[w]["wait_s"] for x in result) * 1e3 for w in ring_overlap.WAYS}
+        print(f"REPORT ring_block {tokens} tokens a rank: waited for hops {waits['serial']:.2f} ms serial, "
+              f"{waits['overlapped']:.2f} ms overlapped; the model's forward hop {hop['transfer_s'] * 1e3:.3f} ms of "
+              f"transfer against {hop['compute_s'] * 1e3:.3f} ms of compute at the measured {rate / 1e9:.1f} GFLOP/s: "
+              f"{'hides' if hop['hidden'] else 'exposed'}; hides from "
+              f"{ring_overlap.hiding_tokens(4, 16, link, rate)['both']} tokens", flush=True)
 
 
 def bubbles() -> None:

@@ -121,19 +121,27 @@ def test_a_real_measurement_fits_a_link_and_times_every_algorithm():
         assert list(by_size) == list(sizes) and all(len(t) == 3 and min(t) > 0 for t in by_size.values())
     link = M.fit_link(r["ping_pong"], r["add"])
     assert 0 < link.alpha < 0.05 and 0 < link.beta < 1e-6 and link.gamma > 0
-    assert len(r["ping_pong"]["exchange_seconds"]) == 1 and link.lanes in (1, 2, 3, 4)
+    assert len(r["ping_pong"]["exchange_seconds"]) == len(r["ping_pong"]["round_trip_seconds"]) == 1
+    assert link.lanes in (1, 2, 3, 4)
     # the model orders what it must: a bigger tensor takes longer
     assert A.predict_time("ring", 2, sizes[1], link) > A.predict_time("ring", 2, sizes[0], link)
 
 
 def test_lanes_come_from_two_messages_at_once():
+    """Two messages at once against the same two one after the other, timed side by side."""
     alpha, beta = 50e-6, 1 / 3e9
     sizes = [8, 8_000, 800_000, 8_000_000]
-    ping = {"bytes": sizes, "seconds": [alpha + b * beta for b in sizes], "exchange_bytes": sizes[2:]}
-    for together, lanes in ((2.0, 1), (1.0, 2), (2.3, 1)):        # pair as slow as 2, 1, 2.3 messages
-        ping["exchange_seconds"] = [alpha + together * b * beta for b in sizes[2:]]
-        assert M.fit_link(ping).lanes == lanes
-    del ping["exchange_seconds"], ping["exchange_bytes"]
+    one = [alpha + b * beta for b in sizes]
+    ping = {"bytes": sizes, "seconds": one, "exchange_bytes": sizes[2:],
+            "round_trip_seconds": [2 * t for t in one[2:]]}
+    for together, lanes in ((2.0, 1), (1.0, 2), (2.3, 1), (1.7, 1)):   # pair as slow as 2, 1, 2.3, 1.7 messages
+        ping["exchange_seconds"] = [together * t for t in one[2:]]
+        link = M.fit_link(ping)
+        assert link.lanes == lanes
+        # the model prices a step of the two messages at once at the round trip over the lanes
+        step = A.schedule("ring", 2, 2 * sizes[-1], itemsize=1)[-1]        # all-gather: no adding
+        assert A.step_time(step, link, 2) == pytest.approx(2 * one[-1] / lanes, rel=1e-6)
+    del ping["exchange_seconds"], ping["exchange_bytes"], ping["round_trip_seconds"]
     assert M.fit_link(ping).lanes == 1
 
 

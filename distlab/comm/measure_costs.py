@@ -28,36 +28,52 @@ def repeats_for(numel: int, repeats: int | None = None) -> int:
     return repeats if repeats is not None else max(5, min(30, int(3e7 / max(numel, 1))))
 
 
+def _round_trip(rank: int, out: torch.Tensor, into: torch.Tensor) -> None:
+    """Rank 0 sends ``out`` to rank 1, which receives it into ``into`` and sends ``out`` back:
+    two messages, one after the other."""
+    if rank == 0:
+        dist.send(out, 1)
+        dist.recv(into, 1)
+    elif rank == 1:
+        dist.recv(into, 0)
+        dist.send(out, 0)
+
+
 def _ping_pong(rank: int, sizes, repeats) -> dict:
     """Rank 0 sends ``b`` bytes to rank 1, which sends them back; half the best round trip.
-    Then, for sizes of 800 kB and more, both send ``b`` bytes to each other at once."""
-    seconds, exchange = [], []
+
+    Then, for sizes of 800 kB and more, the same two messages *at once* (both ranks send ``b``
+    bytes to each other, as a ring's step does) side by side with a round trip, taking turns
+    every repetition: a busy moment of the machine hits both alike, and ``fit_link`` reads the
+    lanes from the two (``exchange_seconds``, ``round_trip_seconds``: the best of each)."""
+    seconds = []
     for numel in sizes:
         buf, best = torch.zeros(numel, dtype=torch.uint8), float("inf")
         for _ in range(repeats):
             dist.barrier()
             t0 = time.perf_counter()
-            if rank == 0:
-                dist.send(buf, 1)
-                dist.recv(buf, 1)
-            elif rank == 1:
-                dist.recv(buf, 0)
-                dist.send(buf, 0)
+            _round_trip(rank, buf, buf)
             best = min(best, (time.perf_counter() - t0) / 2)
         seconds.append(best)
     big = [n for n in sizes if n >= 800_000]
+    exchange, trips = [], []
     for numel in big:
-        mine, theirs, best = torch.zeros(numel, dtype=torch.uint8), torch.zeros(numel, dtype=torch.uint8), 1e9
-        for _ in range(repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            if rank in (0, 1):
-                works = [dist.isend(mine, 1 - rank), dist.irecv(theirs, 1 - rank)]
-                for work in works:
-                    work.wait()
-            best = min(best, time.perf_counter() - t0)
-        exchange.append(best)
-    return {"bytes": list(sizes), "seconds": seconds, "exchange_bytes": big, "exchange_seconds": exchange}
+        mine, theirs = torch.zeros(numel, dtype=torch.uint8), torch.zeros(numel, dtype=torch.uint8)
+        best = {"at_once": float("inf"), "in_turn": float("inf")}
+        for rep in range(repeats):
+            for way in (("at_once", "in_turn") if rep % 2 == 0 else ("in_turn", "at_once")):
+                dist.barrier()
+                t0 = time.perf_counter()
+                if way == "in_turn":
+                    _round_trip(rank, mine, theirs)
+                elif rank in (0, 1):
+                    for work in [dist.isend(mine, 1 - rank), dist.irecv(theirs, 1 - rank)]:
+                        work.wait()
+                best[way] = min(best[way], time.perf_counter() - t0)
+        exchange.append(best["at_once"])
+        trips.append(best["in_turn"])
+    return {"bytes": list(sizes), "seconds": seconds, "exchange_bytes": big, "exchange_seconds": exchange,
+            "round_trip_seconds": trips}
 
 
 def _time_add(sizes, dtype, repeats) -> dict:

@@ -8,5 +8,6 @@
   ``parallelize.trainer``)
 - ``measure``  what the ranks' records tell: bytes against the all-to-all formula, the busiest expert
   against the mean, dropped requests, each rank's expert work and forward timeline, and the ranks'
-  experts under one process's names (``as_one_process``)
+  experts under one process's names (``as_one_process``); the all-to-alls' seconds against the experts'
+  (``exchange_vs_experts``, lesson 15)
 """

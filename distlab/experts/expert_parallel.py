@@ -88,20 +88,25 @@ def plan_dispatch(expert: torch.Tensor, slot: torch.Tensor, experts: int, ranks:
 
 class _Exchange(torch.autograd.Function):
     """An all-to-all whose backward is the all-to-all the other way: the gradients go home.
-    ``traffic`` counts the bytes that arrive from other ranks, in each direction."""
+    ``traffic`` counts the bytes that arrive from other ranks, in each direction; ``seconds`` (lesson 15)
+    the wall time spent in the exchange, in each direction (it blocks: the rank does nothing else)."""
 
     @staticmethod
-    def forward(ctx, x, send, recv, swap, traffic, me):
-        ctx.send, ctx.recv, ctx.swap, ctx.traffic, ctx.me = send, recv, swap, traffic, me
+    def forward(ctx, x, send, recv, swap, traffic, me, seconds):
+        ctx.send, ctx.recv, ctx.swap, ctx.traffic, ctx.me, ctx.seconds = send, recv, swap, traffic, me, seconds
+        began = time.perf_counter()
         out = swap(x, send, recv)
+        seconds["forward"] += time.perf_counter() - began
         traffic.bytes["forward"] += _crossed(out, recv, me)
         return out
 
     @staticmethod
     def backward(ctx, grad):
+        began = time.perf_counter()
         back = ctx.swap(grad.contiguous(), ctx.recv, ctx.send)
+        ctx.seconds["backward"] += time.perf_counter() - began
         ctx.traffic.bytes["backward"] += _crossed(back, ctx.send, ctx.me)
-        return back, None, None, None, None, None
+        return back, None, None, None, None, None, None
 
 
 class ExpertParallelMoE(nn.Module):
@@ -110,7 +115,8 @@ class ExpertParallelMoE(nn.Module):
     ``last`` has what ``MoE.last`` has (for this rank's tokens), ``matrix``: how many tokens this rank
     sent to each rank in the latest forward (its row of the step's all-to-all matrix), ``times``: when
     each part of that forward began and ended (wall clock, comparable across the ranks of a machine),
-    and ``expert_cpu``: the CPU seconds its experts took (the work, whoever else shares the cores)."""
+    ``expert_cpu``: the CPU seconds its experts took (the work, whoever else shares the cores), and
+    ``exchange`` (lesson 15): the seconds in the dispatch and combine all-to-alls, forward and backward."""
 
     def __init__(self, moe: MoE, worker, group, how: str = "library", traffic: Traffic | None = None):
         super().__init__()
@@ -146,21 +152,22 @@ class ExpertParallelMoE(nn.Module):
         send, recv = counts.sum(dim=1).tolist(), counts_in.sum(dim=1).tolist()
         clock.append(time.time())
         # 3. dispatch, 4. my experts on what arrived (source by source, expert by expert), 5. combine
-        arrived = _Exchange.apply(tokens[token], send, recv, self.swap, self.traffic, me)
+        exchange = {"forward": 0.0, "backward": 0.0}     # lesson 15: the all-to-alls' seconds (backward's: later)
+        arrived = _Exchange.apply(tokens[token], send, recv, self.swap, self.traffic, me, exchange)
         clock.append(time.time())
         cpu = time.thread_time()
         pieces = arrived.split(counts_in.reshape(-1).tolist())
         done = torch.cat([self.experts[i % per](piece) for i, piece in enumerate(pieces)])
         cpu = time.thread_time() - cpu
         clock.append(time.time())
-        back = _Exchange.apply(done, recv, send, self.swap, self.traffic, me)
+        back = _Exchange.apply(done, recv, send, self.swap, self.traffic, me, exchange)
         # (.to: under lesson 14's autocast the experts answer in 16 bits, the stream they add into is fp32)
         out = torch.zeros_like(tokens).index_add(0, token, (routing.gate[token, choice, None] * back).to(tokens.dtype))
         clock.append(time.time())
         asked = torch.bincount(routing.expert.reshape(-1), minlength=cfg.experts)
         kept = torch.bincount(expert, minlength=cfg.experts)
         self.last = {"asked": asked.tolist(), "kept": kept.tolist(), "dropped": int((asked - kept).sum()),
-                     "matrix": send, "expert_cpu": cpu, "choice": routing.expert[:, 0],
+                     "matrix": send, "expert_cpu": cpu, "exchange": exchange, "choice": routing.expert[:, 0],
                      "times": dict(zip(PHASES, zip(clock, clock[1:])))}
         return out.view_as(x)
 

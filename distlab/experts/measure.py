@@ -10,6 +10,7 @@ records the ranks handed back (``training.train``); nothing here runs a model.
 * **balance**: the busiest expert's requests against the mean, step by step: 1 is perfect balance.
 * **the cost of imbalance**: the slowest rank's expert time over the mean (1: even) says how
   unevenly the work falls; the ranks that sent it requests wait for it in the combine.
+* **the exchange against the work** (lesson 15, where the time goes): ``exchange_vs_experts``.
 """
 from __future__ import annotations
 
@@ -91,4 +92,29 @@ def as_one_process(records) -> dict:
     out = {}
     for r in sorted(records, key=lambda r: r.rank, reverse=True):      # rank 0 written last: its copy stays
         out.update(r.params)
+    return out
+
+
+def exchange_vs_experts(records) -> list[list[dict]]:
+    """Lesson 15: per step and rank, the seconds in the dispatch and combine all-to-alls against the seconds
+    the experts computed (all blocks).  ``all_to_all``: forward and backward, ``all_to_all_forward``: the
+    forward's only, ``experts``: the experts' forward, wall clock (``experts_cpu``: its CPU seconds), ``ratio``:
+    forward all-to-all / experts' forward, ``bytes``: what arrived from other ranks in the step.  ``exposed``
+    is always True here: the exchange blocks (the rank waits for its tokens before its experts can start,
+    and for their results before the layer can go on); DeepSeek-V3's DualPipe hides it behind another
+    micro-batch's compute, which only a ratio near or below 1 makes worth it."""
+    out = []
+    for step in range(len(records[0].routing)):
+        row = []
+        for r in sorted(records, key=lambda r: r.rank):
+            blocks = r.routing[step]
+            forward = sum(b["exchange"]["forward"] for b in blocks)
+            backward = sum(b["exchange"]["backward"] for b in blocks)
+            experts = sum(b["times"]["experts"][1] - b["times"]["experts"][0] for b in blocks)
+            moved = r.traffic_by_step[step]
+            row.append({"rank": r.rank, "step": step, "all_to_all": forward + backward, "all_to_all_forward": forward,
+                        "experts": experts, "experts_cpu": sum(b["expert_cpu"] for b in blocks),
+                        "ratio": forward / experts if experts else float("inf"),
+                        "bytes": moved["forward"] + moved["backward"], "exposed": True})
+        out.append(row)
     return out

@@ -10,5 +10,6 @@
 - ``exposed``      the ways to send gradients timed side by side: the communication left after backward, and
                    each bucket against backward (lesson 15)
 - ``traces``       one step traced with torch.profiler on every rank, read back as compute and communication,
-                   and its exposed communication (lesson 15)
+                   and its exposed communication (lesson 15); ``data_parallel.train`` or FSDP2's
+                   ``fsdp.train`` with its prefetch switched
 """

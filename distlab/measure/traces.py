@@ -3,8 +3,9 @@
 Introduced in lesson 15 (Where the time goes).  A ``StepRecord`` holds five clock readings that the
 loop chose to take; a *trace* holds everything the profiler saw: every operator on the rank's main
 thread, every collective on the backend's own threads, with their start and duration in microseconds.
-``train`` is ``data_parallel.train`` with one step, ``trace_step``, profiled on every rank
-(``torch.profiler.profile``, CPU activity, and CUDA's on a GPU rank) and written as a Chrome trace,
+``train`` is ``data_parallel.train`` (or ``fsdp.train``: ``TRAINERS``) with one step, ``trace_step``,
+profiled on every rank (``torch.profiler.profile``, CPU activity, and CUDA's on a GPU rank) and written
+as a Chrome trace,
 ``trace_rank{r}.json`` in ``trace_dir``: open it in https://ui.perfetto.dev (or ``chrome://tracing``),
 or read it back with ``read_trace``.  The loop itself does not change: it runs every step inside
 ``around_step(step)`` (``train.loop.train_steps``), and ``profile_step`` makes the one that profiles
@@ -17,6 +18,12 @@ What torch 2.13's profiler writes for a gloo all-reduce (found by tracing one, o
 * on one of gloo's two worker threads (named ``pt_gloo_runloop``), a ``user_annotation`` named
   ``gloo:all_reduce``, from when gloo started the collective to when it ended: the bytes travelling,
   and the waiting for the other rank (likewise ``gloo:broadcast``, ``gloo:all_gather``, ...);
+* FSDP2 (``trainer="fsdp"``) gathers a layer's parameters with ``c10d::_allgather_base_`` launched and
+  ``gloo:all_gather`` on gloo's thread, and reduce-scatters its gradients with ``c10d::_reduce_scatter_base_``
+  and ``gloo:all_reduce`` (gloo reduce-scatters by all-reducing); its main thread *waits* for them inside
+  FSDP2's annotations ``FSDP::all_gather`` (and ``..._copy_out``, where an asynchronous one is waited for),
+  ``FSDP::post_backward_reduce`` and ``..._rs_wait``, counted as communication, and in backward these sit
+  inside autograd's ``evaluate_function`` (compute): ``exposed_communication`` takes those waits out of it;
 * no ``record_param_comms`` event on gloo (NCCL ranks have it, and ``nccl:all_reduce`` on the
   calling thread, and ``ncclDevKernel_...`` kernels on the GPU).
 
@@ -44,9 +51,11 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from ..checks import check_int
 from ..data_parallel import data_parallel
 from ..records import RankRecord
+from ..zero import fsdp
 
 MARK = "distlab step"        # the record_function around the traced step: where the step starts and ends
-COMMUNICATION = ("gloo:", "nccl:", "c10d::", "record_param_comms", "ncclDevKernel", "ncclKernel")
+COMMUNICATION = ("gloo:", "nccl:", "c10d::", "record_param_comms", "ncclDevKernel", "ncclKernel",
+                 "FSDP::all_gather", "FSDP::post_backward_reduce", "FSDP::post_backward_rs_wait")   # (FSDP2's own)
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")     # the categories of what a GPU itself did
 
 
@@ -95,23 +104,30 @@ def _profiled(step: int, folder: str, worker):
     prof.export_chrome_trace(trace_path(folder, worker.rank))
 
 
-def train(worker, *, trace_step: int, trace_dir: str, **settings) -> RankRecord:
-    """Lesson 15: ``data_parallel.train(worker, **settings)`` with step ``trace_step`` traced on every rank,
+TRAINERS = {"data_parallel": data_parallel.train,     # lesson 06: one all-reduce (or a bucket's) per step
+            "fsdp": fsdp.train}                       # lesson 08: ZeRO-3, all-gathers and reduce-scatters per layer
+
+
+def train(worker, *, trace_step: int, trace_dir: str, trainer: str = "data_parallel", **settings) -> RankRecord:
+    """Lesson 15: ``TRAINERS[trainer](worker, **settings)`` with step ``trace_step`` traced on every rank,
     written to ``trace_path(trace_dir, rank)``; the record's config names the trace."""
-    record = data_parallel.train(worker, around_step=profile_step(trace_step, trace_dir, worker), **settings)
-    record.config.update(trace_step=trace_step, trace_dir=str(trace_dir))
+    run = TRAINERS[trainer]
+    record = run(worker, around_step=profile_step(trace_step, trace_dir, worker), **settings)
+    record.config.update(trace_step=trace_step, trace_dir=str(trace_dir), trainer=trainer)
     return record
 
 
-def _validate(world_size: int, *, trace_step, trace_dir, backend: str = "torchrun", device: str = "cpu",
-              **settings) -> None:
-    """Before any process starts: ``data_parallel.train``'s own checks, then the trace's."""
+def _validate(world_size: int, *, trace_step, trace_dir, trainer="data_parallel", backend: str = "torchrun",
+              device: str = "cpu", **settings) -> None:
+    """Before any process starts: the trainer's own checks, then the trace's."""
     from ..processes.arguments import bind_arguments
 
+    if trainer not in TRAINERS:
+        raise ValueError(f"traces.train traces trainer {', '.join(map(repr, TRAINERS))}, got {trainer!r}")
     if "around_step" in settings:
         raise ValueError("traces.train sets around_step itself (it profiles trace_step): leave it out")
-    bind_arguments(data_parallel.train, world_size, settings, backend=backend, device=device)
-    steps = settings.get("steps", inspect.signature(data_parallel.train).parameters["steps"].default)
+    bind_arguments(TRAINERS[trainer], world_size, settings, backend=backend, device=device)
+    steps = settings.get("steps", inspect.signature(TRAINERS[trainer]).parameters["steps"].default)
     check_trace(trace_step, trace_dir, steps)
 
 
@@ -219,7 +235,24 @@ def exposed_communication(intervals: list[dict]) -> float:
     where = on_gpu or [i for i in intervals if i["kind"] == "communication" or i["thread"] == "main"]
     comm = _union((i["start"], i["end"]) for i in where if i["kind"] == "communication")
     compute = _union((i["start"], i["end"]) for i in where if i["kind"] == "compute")
+    if not on_gpu:                 # a main thread waiting in FSDP2's collectives (in backward) is not computing
+        held = _union((i["start"], i["end"]) for i in where if i["name"].startswith("FSDP::") and i["thread"] == "main")
+        compute = _minus(compute, held)
     return sum(b - a for a, b in comm) - _overlap(comm, compute)
+
+
+def _minus(xs, ys) -> list[tuple[float, float]]:
+    """A union of intervals with another's taken out."""
+    out = []
+    for a, b in xs:
+        for c, d in ys:
+            if c < b and d > a:
+                if c > a:
+                    out.append((a, c))
+                a = max(a, d)
+        if a < b:
+            out.append((a, b))
+    return out
 
 
 def timeline(traces: list[Trace]) -> list[dict]:

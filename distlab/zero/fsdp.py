@@ -21,11 +21,19 @@ time while it computes: the ZeRO paper's 3 Psi of traffic (two all-gathers and a
 reduce-scatter) instead of 2 Psi.  PyTorch's FSDP2 does this with real overlap (the next
 layer's all-gather starts while this one computes); it runs over gloo on CPU processes and
 over NCCL on GPUs, through the same code.
+
+Lesson 15 (Where the time goes) traces it (``measure.traces.train(..., trainer="fsdp")``) and switches
+the prefetch (``PREFETCH``).  What torch 2.13 does on CPU ranks, read in its source and its traces: the
+"implicit" prefetch of the default is a separate CUDA *stream*; a CPU rank has none, so each all-gather
+is issued when its layer needs it and blocks the main thread (``gloo:all_gather`` on gloo's thread,
+under ``c10d::_allgather_base_``), exposed.  An explicit one-layer-ahead prefetch issues it one layer
+earlier, still blocking; only with FSDP2's (private) ``_set_unshard_async_op`` is it left in flight
+while the layer before computes.
 """
 from __future__ import annotations
 
 import torch
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from ..comm.collectives import check_torchrun
 from ..precision import mixed
@@ -41,10 +49,11 @@ class FullyShard(Strategy):
 
     in_backward = True          # the reduce-scatter runs inside backward, layer by layer
 
-    def __init__(self, worker, optimizer: str, lr: float, precision: str = "fp32", offload: str = "none"):
+    def __init__(self, worker, optimizer: str, lr: float, precision: str = "fp32", offload: str = "none",
+                 prefetch: str = "default"):
         check_torchrun(worker)
         self.worker, self.optimizer, self.lr, self.precision = worker, optimizer, lr, precision
-        self.offload = offload
+        self.offload, self.prefetch = offload, prefetch
 
     def prepare(self, run: Run) -> None:
         mp = mixed_precision(self.precision)
@@ -54,6 +63,7 @@ class FullyShard(Strategy):
             if any(True for _ in layer.parameters()):
                 fully_shard(layer, mp_policy=mp, offload_policy=off)
         fully_shard(run.model, mp_policy=mp, offload_policy=off)   # the root: whatever is left, and the schedule
+        set_prefetch(run.model, self.prefetch)
         run.optimizer = make_optimizer(self.optimizer, run.model.parameters(), self.lr)
 
     def update(self, run: Run, step: int) -> None:
@@ -73,10 +83,41 @@ def mixed_precision(precision: str) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy()
 
 
+PREFETCH = {
+    "default": "FSDP2's own: implicit in forward (a CUDA stream; none on CPU), the layer before in backward",
+    "next": "explicit, one layer ahead: the next layer's all-gather issued when this one's has arrived "
+            "(forward), the previous layer's when this one's backward starts",
+    "next_async": "'next', the all-gather left in flight (FSDP2's private _set_unshard_async_op): it travels "
+                  "while this layer computes, and the next layer waits for it",
+}
+
+
+def set_prefetch(model, prefetch: str) -> None:
+    """Lesson 15: how far ahead FSDP2 gathers a layer's parameters (``PREFETCH``); ``model`` already sharded,
+    its layers each an ``FSDPModule``.  FSDP2 has no switch that turns prefetching off: an empty list
+    (``set_modules_to_backward_prefetch([])``) means "the default" to it."""
+    if prefetch == "default":
+        return
+    layers = [m for m in model if isinstance(m, FSDPModule)]
+    for before, after in zip(layers, layers[1:]):
+        before.set_modules_to_forward_prefetch([after])
+        after.set_modules_to_backward_prefetch([before])
+    if prefetch == "next_async":
+        for layer in layers:
+            layer._set_unshard_async_op(True)
+
+
+def check_prefetch(prefetch) -> None:
+    """Lesson 15: ``prefetch`` must be one of ``PREFETCH``."""
+    if prefetch not in PREFETCH:
+        raise ValueError(f"fsdp.train takes prefetch {', '.join(map(repr, PREFETCH))}, got {prefetch!r}; FSDP2 "
+                         "cannot turn prefetching off (an empty list means its default)")
+
+
 def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp", width: int = 64,
           depth: int = 2, batch_size: int | None = None, global_batch_size: int | None = None,
           steps: int = 10, lr: float = 0.01, seed: int = 0, dtype: str = "float32", precision: str = "fp32",
-          offload: str = "none"):
+          offload: str = "none", prefetch: str = "default", around_step=None):
     """Lesson 08: train with FSDP2 (ZeRO stage 3); return this rank's record.
 
     The record's ``params`` are the full parameters (gathered from the shards at the end),
@@ -84,22 +125,27 @@ def train(worker, *, stage: int = 3, optimizer: str = "adam", model: str = "mlp"
     (lesson 14): ``"fp32"`` or ``"bf16"``, FSDP2's ``MixedPrecisionPolicy`` (``mixed_precision``).
     ``offload`` (lesson 14): ``"params"`` keeps the shards (and with them their gradients and the optimizer's
     state) in the host's memory, FSDP2's ``CPUOffloadPolicy``: GPU ranks only (``check_offload``); not yet
-    run on a GPU by this course.
+    run on a GPU by this course.  ``prefetch`` (lesson 15): ``PREFETCH``'s names (``set_prefetch``);
+    ``around_step`` (lesson 15): the loop runs each step inside ``around_step(step)``; ``measure.traces.train``
+    profiles one step that way.
     """
     run, batch_at = start_sharded(worker, "fsdp2", optimizer=optimizer, model=model, width=width, depth=depth,
                                   batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
                                   lr=lr, seed=seed, dtype=dtype, stage=3)
     run.record.config.update(mixed.named(precision))     # (FSDP2 casts, not the loop: the loop's stays fp32)
-    strategy = FullyShard(worker, optimizer, lr, precision, offload)
-    record = train_steps(run, strategy, steps, batch_at)
+    run.record.config.update(prefetch=prefetch)
+    strategy = FullyShard(worker, optimizer, lr, precision, offload, prefetch)
+    record = train_steps(run, strategy, steps, batch_at, around_step=around_step)
     record.memory = getattr(strategy, "held", {})
     record.params = {name: p.full_tensor().detach().cpu().clone() for name, p in run.model.named_parameters()}
     return record
 
 
 def check_fsdp(world_size: int, *, stage: int = 3, backend: str = "torchrun", device: str = "cpu",
-               precision: str = "fp32", offload: str = "none", **config) -> None:
+               precision: str = "fp32", offload: str = "none", prefetch: str = "default", around_step=None,
+               **config) -> None:
     """Lesson 08: an FSDP2 job's settings, checked before any process starts."""
+    check_prefetch(prefetch)
     mixed.check(precision, config.get("dtype", "float32"))
     check_offload(offload, device)
     if precision not in ("fp32", "bf16"):
