@@ -255,7 +255,7 @@ for numel in sorted({r["numel"] for r in rows}):
 #
 # * On one machine there is no network: "sending" is CPU cores copying bytes, and a single
 #   message can keep both of our 2 cores busy (one copies out, one copies in). The fit measures
-#   it (two messages at once against one) and prints `lanes`. With `lanes = 1` the ring's
+#   it (two messages at once against the same two one after the other) and prints `lanes`. With `lanes = 1` the ring's
 #   simultaneous messages (one per rank) take turns, so it moves as many bytes one after another
 #   as the others; a busy machine can tip the fit either way. On a cluster every rank has its own
 #   link (`lanes=None`), and there the ring's at most 2 tensors per rank, whatever N, is what lets

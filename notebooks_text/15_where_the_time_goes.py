@@ -108,7 +108,8 @@ show(pictures.roofline_figure(peak, bandwidth, points))
 # * **reduce-scatter**: each bucket reduce-scattered during backward, its slices all-gathered
 #   after (the two halves of a ring all-reduce). The all-gather half always waits for backward's
 #   end, so it hides at most half; it pays when each rank updates only its slice (ZeRO-2).
-#
+
+# %% [markdown]
 # Beside them, lesson 01's ways after backward (`by_hand`: one all-reduce per tensor; `fused`: one
 # flat all-reduce) and DDP. The **exposed** communication is what is still to wait for once
 # backward has ended.
