@@ -105,8 +105,9 @@ def bubbles() -> None:
     """``zb_h1_bubble_vs_1f1b`` and ``bubble_measured_vs_predicted``: 2 stages, m = 8, lesson 06's MLP at width 1024
     and depth 3 (batch 256), every schedule of the course once a round for 5 rounds in one launch
     (``pipeline.zero_bubble.rounds``).  Per round: ZB-H1's measured bubble over 1F1B's; and, for each schedule,
-    the measured bubble over the simulation with the run's own pass times and its measured time per message on
-    every boundary, the worst (farthest from 1) of the four schedules."""
+    the measured bubble over the simulation with the run's measured costs (``zero_bubble.compare``'s
+    ``with_messages``: each receive a rendezvous, the time between passes, each cost drawn from the run's own),
+    the worst (farthest from 1) of the four schedules."""
     from distlab.pipeline import zero_bubble
 
     plan = {"gpipe": dict(schedule="gpipe"), "1f1b": dict(schedule="1f1b"), "zb_h1": dict(schedule="zb_h1"),
@@ -118,14 +119,15 @@ def bubbles() -> None:
         c = [row[name] for row in rows]
         med = {k: statistics.median(x[k] for x in c) for k in ("measured", "simulated", "with_messages", "message_s")}
         print(f"REPORT bubble {name}: measured {med['measured']:.3f}, textbook {c[0]['textbook']:.3f}, simulated "
-              f"{med['simulated']:.3f}, with messages {med['with_messages']:.3f} ({med['message_s'] * 1e3:.2f} ms a "
-              "message)")
+              f"{med['simulated']:.3f}, with the measured costs {med['with_messages']:.3f} "
+              f"({med['message_s'] * 1e3:.2f} ms a message)")
     goal("zb_h1_bubble_vs_1f1b", [row["zb_h1"]["measured"] / row["1f1b"]["measured"] for row in rows], "<=", 0.8,
          "measured ZB-H1 bubble / measured 1F1B bubble, m = 8")
     worst = [max((row[n]["measured"] / row[n]["with_messages"] for n in plan), key=lambda x: abs(x - 1))
              for row in rows]
     goal("bubble_measured_vs_predicted", worst, "within", (0.75, 1.25),
-         "the worst schedule's measured bubble / simulated with its pass times and measured message time")
+         "the worst schedule's measured bubble / simulated with the run's measured costs: receive as a rendezvous, "
+         "time between passes, each drawn from the run's own")
 
 
 def alpha_beta() -> None:
