@@ -50,6 +50,7 @@ class AllReduceEachParameter(Strategy):
     reducer, ``train.reduce``, by hand)."""
 
     method = "by_hand"
+    bucket_mb = DEFAULT_BUCKET_MB       # lesson 15: the buckets' cap, for the ways that send during backward
 
     def __init__(self, worker, collective: str = "dist"):
         self.worker, self.collective = worker, collective
@@ -60,7 +61,7 @@ class AllReduceEachParameter(Strategy):
             for p in run.model.parameters():
                 self.worker.broadcast(p.data, src=0)
         self.reducer = GradientReducer(self.worker, dict(run.model.named_parameters()), method=self.method,
-                                       collective=self.collective)
+                                       collective=self.collective, bucket_mb=self.bucket_mb)
 
     def communicate(self, run: Run, step: int) -> tuple[float, float]:
         start = run.clock()
@@ -97,11 +98,7 @@ class Overlapped(AllReduceEachParameter):
         self.method, self.bucket_mb = method, bucket_mb
 
     def prepare(self, run: Run) -> None:
-        with torch.no_grad():
-            for p in run.model.parameters():
-                self.worker.broadcast(p.data, src=0)
-        self.reducer = GradientReducer(self.worker, dict(run.model.named_parameters()), method=self.method,
-                                       bucket_mb=self.bucket_mb)
+        super().prepare(run)
         run.record.buckets = self.reducer.overlap.timeline
 
 
