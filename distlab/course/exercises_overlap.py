@@ -51,7 +51,18 @@ class Watched:
         return getattr(self._worker, name)
 
 
-class YourBuckets(AllReduceEachParameter):
+class Traced:
+    """Lesson 15: a strategy that keeps the averaged gradients of its first update and the parameters after
+    every update (both of this exercise's runs: what the checker compares)."""
+
+    def update(self, run, step):
+        if not self.trace:
+            self.first_grads = {n: p.grad.detach().clone() for n, p in run.model.named_parameters()}
+        super().update(run, step)
+        self.trace.append(snapshot(run.model))
+
+
+class YourBuckets(Traced, AllReduceEachParameter):
     """Lesson 15: data parallelism whose gradients go through the learner's ``attach_buckets``."""
 
     def __init__(self, worker, fn, cap_bytes: int):
@@ -73,25 +84,13 @@ class YourBuckets(AllReduceEachParameter):
         self.marks.append(len(self.watched.calls))
         return began, run.clock()
 
-    def update(self, run, step):
-        if not self.trace:
-            self.first_grads = {n: p.grad.detach().clone() for n, p in run.model.named_parameters()}
-        super().update(run, step)
-        self.trace.append(snapshot(run.model))
 
-
-class TracedBuckets(Overlapped):
+class TracedBuckets(Traced, Overlapped):
     """Lesson 15: the library's buckets, keeping the parameters after every update."""
 
     def __init__(self, worker, cap_bytes: int):
         super().__init__(worker, "buckets", cap_bytes / MIB)
         self.trace = []
-
-    def update(self, run, step):
-        if not self.trace:
-            self.first_grads = {n: p.grad.detach().clone() for n, p in run.model.named_parameters()}
-        super().update(run, step)
-        self.trace.append(snapshot(run.model))
 
 
 def bucket_task(worker, fn, cap_bytes: int = CAP_BYTES, steps: int = STEPS) -> dict:

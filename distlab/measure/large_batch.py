@@ -16,23 +16,9 @@ rows, which ``widgets.speedup.large_batch_figure`` draws.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
-import torch
-
 from ..data import load_digits, steps_per_epoch
 from ..data_parallel.data_parallel import train_single
-
-
-@contextmanager
-def intra_op_threads(n: int):
-    """Lesson 05: run a block with ``n`` intra-op threads, then restore the previous number."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+from ..processes.cores import torch_threads
 
 
 def large_batch_study(world_sizes=(1, 2, 4, 8), *, batch_size: int = 8, epochs: int = 2,
@@ -49,7 +35,7 @@ def large_batch_study(world_sizes=(1, 2, 4, 8), *, batch_size: int = 8, epochs: 
     """
     n = load_digits().n_train
     rows = []
-    with intra_op_threads(1):         # tiny steps: a second thread costs more than it gives
+    with torch_threads(1):         # tiny steps: a second thread costs more than it gives
         for world in world_sizes:
             per_epoch = steps_per_epoch(n, world, batch_size)
             rules = [("same lr", lr, 0), ("linear scaling", lr * world, 0),

@@ -68,6 +68,7 @@ class Bucket:
     def __init__(self, params: list[torch.Tensor], axes: tuple[str, ...], index: int):
         self.params, self.axes, self.index = params, axes, index
         self.nbytes = sum(p.numel() * p.element_size() for p in params)
+        self.numel = sum(p.numel() for p in params)
         self.reset()
 
     def reset(self) -> None:
@@ -134,12 +135,11 @@ class OverlappedReduction:
         op = "avg" if bucket.whole else "sum"
         r.sent += bucket.nbytes
         if self.how == "reduce_scatter":
-            bucket.size = flat.numel()
             flat = torch.cat([flat, flat.new_zeros(-flat.numel() % n)])     # equal slices, one a rank
             bucket.pending = r.worker.reduce_scatter(flat, op=op, group=group, async_op=True)
         else:
             bucket.pending = r.worker.all_reduce(flat, op=op, group=group, async_op=True)
-        bucket.flat, bucket.launched = flat, time.time()
+        bucket.flat, bucket.launched = flat, time.time()     # (the buffer kept until its collective is waited for)
 
     def finish(self) -> None:
         """After backward: launch whatever the hooks did not (a parameter no loss reached), wait for every
@@ -157,7 +157,7 @@ class OverlappedReduction:
                 self._copy_back(bucket, result)
             step.append(self._entry(bucket))
         for (bucket, pending), entry in zip(gathers, step):
-            self._copy_back(bucket, torch.cat(pending.wait())[:bucket.size])
+            self._copy_back(bucket, torch.cat(pending.wait())[:bucket.numel])
             entry["done"] = time.time()
         self.timeline.append(step)
         for bucket in self.buckets:
